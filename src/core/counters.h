@@ -1,0 +1,68 @@
+/* Per-device counters: the one table (name, meaning).  Bumped where the
+ * decision is made; readable from another process with `uroce stat`. */
+#ifndef UROCE_COUNTERS_H
+#define UROCE_COUNTERS_H
+
+#include <stdint.h>
+
+#define UROCE_COUNTERS(X) \
+	X(tx_packets, "packets sent") \
+	X(tx_bytes, "UDP payload bytes sent") \
+	X(rx_packets, "packets received") \
+	X(rx_bytes, "UDP payload bytes received") \
+	X(tx_errors, "send syscalls that failed") \
+	X(retransmits, "packets sent again (go-back-N)") \
+	X(timeouts, "local ACK timeouts") \
+	X(rnr_naks_rx, "RNR NAKs received") \
+	X(rnr_naks_tx, "RNR NAKs sent") \
+	X(seq_naks_rx, "PSN sequence error NAKs received") \
+	X(seq_naks_tx, "PSN sequence error NAKs sent") \
+	X(inv_req_naks_tx, "invalid request NAKs sent") \
+	X(access_naks_tx, "remote access error NAKs sent") \
+	X(op_naks_tx, "remote operational error NAKs sent") \
+	X(err_naks_rx, "invalid request/access/operational NAKs received") \
+	X(acks_tx, "ACKs sent") \
+	X(acks_rx, "ACKs received") \
+	X(duplicates, "duplicate requests answered") \
+	X(dup_responses, "duplicate or stale responses ignored") \
+	X(out_of_sequence, "requests ahead of the expected PSN") \
+	X(icrc_errors, "packets dropped: bad ICRC") \
+	X(icrc_ipid_solved, "IPv4 packets whose ICRC matched a non-zero IP ID") \
+	X(drop_truncated, "packets dropped: too short for their headers") \
+	X(drop_bad_header, "packets dropped: bad TVer, P_Key, pad or opcode") \
+	X(drop_unknown_qp, "packets dropped: no such destination QP") \
+	X(drop_qp_state, "packets dropped: QP not in a receiving state") \
+	X(drop_wrong_peer, "packets dropped: source address or transport mismatch") \
+	X(drop_psn_window, "packets dropped: out of sequence after NAK") \
+	X(drop_qkey, "packets dropped: bad Q_Key") \
+	X(drop_no_recv, "UD/UC packets dropped: no receive posted") \
+	X(drop_injected, "packets dropped by UROCE_FAULT_* fault injection") \
+	X(cq_overruns, "completion queue overruns")
+
+enum uroce_counter {
+#define X(n, d) UC_##n,
+	UROCE_COUNTERS(X)
+#undef X
+	UC__COUNT
+};
+
+extern const char *const uroce_counter_names[UC__COUNT];
+extern const char *const uroce_counter_help[UC__COUNT];
+
+/* The shared-memory page a process publishes at /dev/shm/uroce.<pid>. */
+#define UROCE_SHM_MAGIC 0x65636f7275ULL /* "uroce" */
+#define UROCE_SHM_VERSION 1
+#define UROCE_MAX_GIDS 4
+
+struct uroce_shm {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t pid;
+	uint32_t ngids;
+	uint32_t active_mtu;
+	uint8_t gids[UROCE_MAX_GIDS][16];
+	char cmdline[128];
+	uint64_t counters[UC__COUNT];
+};
+
+#endif

@@ -1,0 +1,366 @@
+/* Completion queues and completion channels.
+ *
+ * A CQ is a ring of struct ibv_wc under a spinlock.  A completion channel is
+ * an eventfd (a real pollable fd, as applications expect of channel->fd) plus
+ * a FIFO of the CQs that fired; ibv_get_cq_event reads one. */
+#include "device.h"
+#include "../verbs/ops.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include "../transport/transport.h"
+
+struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
+{
+	struct uroce_comp_channel *ch = calloc(1, sizeof(*ch));
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->ibv.context = ctx;
+	ch->ibv.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (ch->ibv.fd < 0) {
+		free(ch);
+		return NULL;
+	}
+	pthread_mutex_init(&ch->lock, NULL);
+	return &ch->ibv;
+}
+
+int uroce_destroy_comp_channel(struct ibv_comp_channel *ibch)
+{
+	struct uroce_comp_channel *ch = to_uchan(ibch);
+
+	pthread_mutex_lock(&ch->lock);
+	if (ch->refcnt) {
+		pthread_mutex_unlock(&ch->lock);
+		return EBUSY;
+	}
+	pthread_mutex_unlock(&ch->lock);
+	close(ch->ibv.fd);
+	pthread_mutex_destroy(&ch->lock);
+	free(ch->pending);
+	free(ch);
+	return 0;
+}
+
+static void channel_signal(struct uroce_cq *cq)
+{
+	struct uroce_comp_channel *ch = to_uchan(cq->ibv.channel);
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&ch->lock);
+	if (ch->npending == ch->cap) {
+		unsigned ncap = ch->cap ? ch->cap * 2 : 16;
+		struct uroce_cq **p = realloc(ch->pending, ncap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&ch->lock);
+			return;
+		}
+		ch->pending = p;
+		ch->cap = ncap;
+	}
+	ch->pending[ch->npending++] = cq;
+	cq->comp_events_reported++;
+	pthread_mutex_unlock(&ch->lock);
+	if (write(ch->ibv.fd, &one, sizeof(one)) < 0)
+		LOG_ERR("uroce: completion channel write failed");
+}
+
+int uroce_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq, void **cq_context)
+{
+	struct uroce_comp_channel *ch = to_uchan(ibch);
+	uint64_t v;
+
+	/* blocks unless the application made the fd non-blocking (EAGAIN then) */
+	if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
+		return -1;
+	pthread_mutex_lock(&ch->lock);
+	if (!ch->npending) {
+		pthread_mutex_unlock(&ch->lock);
+		errno = EAGAIN;
+		return -1;
+	}
+	struct uroce_cq *c = ch->pending[0];
+	memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
+	ch->npending--;
+	pthread_mutex_unlock(&ch->lock);
+	*cq = (struct ibv_cq *)&c->ibv;
+	*cq_context = c->ibv.cq_context;
+	return 0;
+}
+
+void uroce_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
+{
+	pthread_mutex_lock(&ibcq->mutex);
+	ibcq->comp_events_completed += nevents;
+	pthread_cond_signal(&ibcq->cond);
+	pthread_mutex_unlock(&ibcq->mutex);
+}
+
+/* ---- extended CQ polling (ibv_start_poll & co) over the same ring ---- */
+static int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc);
+
+static void cqx_fill(struct uroce_cq *cq)
+{
+	cq->ibv.wr_id = cq->cur.wr_id;
+	cq->ibv.status = cq->cur.status;
+}
+static int cqx_start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
+{
+	struct uroce_cq *cq = to_ucqx(c);
+	if (attr->comp_mask)
+		return EINVAL;
+	if (!cq_pop(cq, &cq->cur))
+		return ENOENT;
+	cqx_fill(cq);
+	return 0;
+}
+static int cqx_next_poll(struct ibv_cq_ex *c)
+{
+	struct uroce_cq *cq = to_ucqx(c);
+	if (!cq_pop(cq, &cq->cur))
+		return ENOENT;
+	cqx_fill(cq);
+	return 0;
+}
+static void cqx_end_poll(struct ibv_cq_ex *c) { (void)c; }
+static enum ibv_wc_opcode cqx_read_opcode(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.opcode; }
+static uint32_t cqx_read_vendor_err(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.vendor_err; }
+static uint32_t cqx_read_byte_len(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.byte_len; }
+static __be32 cqx_read_imm_data(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.imm_data; }
+static uint32_t cqx_read_qp_num(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.qp_num; }
+static uint32_t cqx_read_src_qp(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.src_qp; }
+static unsigned int cqx_read_wc_flags(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.wc_flags; }
+static uint32_t cqx_read_slid(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.slid; }
+static uint8_t cqx_read_sl(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.sl; }
+static uint8_t cqx_read_dlid_path_bits(struct ibv_cq_ex *c) { return to_ucqx(c)->cur.dlid_path_bits; }
+
+#define CQX_SUPPORTED_WC_FLAGS (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | \
+	IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+struct ibv_cq_ex *uroce_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	struct uroce_cq *cq;
+	uint32_t size = 1;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (attr->wc_flags & ~(uint64_t)CQX_SUPPORTED_WC_FLAGS) {
+		errno = EOPNOTSUPP; /* never leave an ibv_wc_read_* pointer NULL */
+		return NULL;
+	}
+	if (attr->cqe < 1 || attr->cqe > UROCE_MAX_CQE || attr->comp_vector >= (uint32_t)ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&dev->lock);
+	if (dev->ncq >= UROCE_MAX_CQ) {
+		pthread_mutex_unlock(&dev->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	dev->ncq++;
+	pthread_mutex_unlock(&dev->lock);
+	while (size < attr->cqe + 1)
+		size <<= 1;
+	cq = calloc(1, sizeof(*cq));
+	if (!cq || !(cq->ring = calloc(size, sizeof(struct ibv_wc)))) {
+		free(cq);
+		pthread_mutex_lock(&dev->lock);
+		dev->ncq--;
+		pthread_mutex_unlock(&dev->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	cq->size = size;
+	cq->dev = dev;
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	cq->ibv.context = ctx;
+	cq->ibv.channel = attr->channel;
+	cq->ibv.cq_context = attr->cq_context;
+	cq->ibv.cqe = (int)(size - 1);
+	pthread_mutex_init(&cq->ibv.mutex, NULL);
+	pthread_cond_init(&cq->ibv.cond, NULL);
+	cq->ibv.start_poll = cqx_start_poll;
+	cq->ibv.next_poll = cqx_next_poll;
+	cq->ibv.end_poll = cqx_end_poll;
+	cq->ibv.read_opcode = cqx_read_opcode;
+	cq->ibv.read_vendor_err = cqx_read_vendor_err;
+	cq->ibv.read_byte_len = cqx_read_byte_len;
+	cq->ibv.read_imm_data = cqx_read_imm_data;
+	cq->ibv.read_qp_num = cqx_read_qp_num;
+	cq->ibv.read_src_qp = cqx_read_src_qp;
+	cq->ibv.read_wc_flags = cqx_read_wc_flags;
+	cq->ibv.read_slid = cqx_read_slid;
+	cq->ibv.read_sl = cqx_read_sl;
+	cq->ibv.read_dlid_path_bits = cqx_read_dlid_path_bits;
+	if (attr->channel) {
+		struct uroce_comp_channel *ch = to_uchan(attr->channel);
+		pthread_mutex_lock(&ch->lock);
+		ch->refcnt++;
+		pthread_mutex_unlock(&ch->lock);
+	}
+	return &cq->ibv;
+}
+
+struct ibv_cq *uroce_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			       struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq_init_attr_ex a = {
+		.cqe = cqe < 0 ? 0 : (uint32_t)cqe, .cq_context = cq_context, .channel = channel,
+		.comp_vector = comp_vector < 0 ? UINT32_MAX : (uint32_t)comp_vector,
+	};
+	if (cqe < 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_cq_ex *c = uroce_create_cq_ex(ctx, &a);
+	return c ? ibv_cq_ex_to_cq(c) : NULL;
+}
+
+int uroce_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct uroce_cq *cq = to_ucq(ibcq);
+	struct uroce_dev *dev = cq->dev;
+
+	pthread_mutex_lock(&dev->lock);
+	if (cq->refcnt) {
+		pthread_mutex_unlock(&dev->lock);
+		return EBUSY;
+	}
+	dev->ncq--;
+	pthread_mutex_unlock(&dev->lock);
+	if (ibcq->channel) {
+		struct uroce_comp_channel *ch = to_uchan(ibcq->channel);
+		/* rdma-core (ibv_cmd_destroy_cq): wait until every reported event
+		 * has been acknowledged */
+		pthread_mutex_lock(&ibcq->mutex);
+		while (ibcq->comp_events_completed != cq->comp_events_reported)
+			pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+		pthread_mutex_unlock(&ibcq->mutex);
+		pthread_mutex_lock(&ch->lock);
+		ch->refcnt--;
+		pthread_mutex_unlock(&ch->lock);
+	}
+	/* make sure no engine work still holds the CQ (QPs are gone already) */
+	pthread_mutex_lock(&dev->rx_lock);
+	pthread_mutex_unlock(&dev->rx_lock);
+	pthread_spin_destroy(&cq->lock);
+	free(cq->ring);
+	free(cq);
+	return 0;
+}
+
+int uroce_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct uroce_cq *cq = to_ucq(ibcq);
+	uint32_t size = 1;
+
+	if (cqe < 1 || cqe > UROCE_MAX_CQE)
+		return EINVAL;
+	while (size < (uint32_t)cqe + 1)
+		size <<= 1;
+	struct ibv_wc *ring = calloc(size, sizeof(*ring));
+	if (!ring)
+		return ENOMEM;
+	pthread_spin_lock(&cq->lock);
+	uint32_t n = cq->head - cq->tail;
+	if (n > size - 1) {
+		pthread_spin_unlock(&cq->lock);
+		free(ring);
+		return EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		ring[i] = cq->ring[(cq->tail + i) & (cq->size - 1)];
+	struct ibv_wc *old = cq->ring;
+	cq->ring = ring;
+	cq->size = size;
+	cq->tail = 0;
+	cq->head = n;
+	cq->ibv.cqe = (int)(size - 1);
+	pthread_spin_unlock(&cq->lock);
+	free(old);
+	return 0;
+}
+
+/* Add a completion.  Returns -1 on overrun (the CQ then reports an async
+ * IBV_EVENT_CQ_ERR, as hardware does). */
+int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	bool fire = false;
+
+	pthread_spin_lock(&cq->lock);
+	if (cq->head - cq->tail >= cq->size - 1) {
+		cq->overrun = true;
+		pthread_spin_unlock(&cq->lock);
+		dev_count(cq->dev, UC_cq_overruns, 1);
+		return -1;
+	}
+	cq->ring[cq->head & (cq->size - 1)] = *wc;
+	__atomic_store_n(&cq->head, cq->head + 1, __ATOMIC_RELEASE);
+	if (cq->armed == CQ_ARM_ALL || (cq->armed == CQ_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS))) {
+		cq->armed = 0;
+		fire = true;
+	}
+	pthread_spin_unlock(&cq->lock);
+	if (fire && cq->ibv.channel)
+		channel_signal(cq);
+	return 0;
+}
+
+static int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc)
+{
+	int got = 0;
+
+	pthread_spin_lock(&cq->lock);
+	if (cq->head != cq->tail) {
+		*wc = cq->ring[cq->tail & (cq->size - 1)];
+		cq->tail++;
+		got = 1;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return got;
+}
+
+int uroce_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct uroce_cq *cq = to_ucq(ibcq);
+	int n = 0;
+
+	if (num <= 0)
+		return 0;
+	/* lock-free check first: an empty CQ is the common case of a poll loop */
+	if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail) {
+		dev_poll_progress(cq->dev);
+		if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail)
+			return 0;
+	}
+	pthread_spin_lock(&cq->lock);
+	while (n < num && cq->head != cq->tail) {
+		wc[n++] = cq->ring[cq->tail & (cq->size - 1)];
+		cq->tail++;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return n;
+}
+
+int uroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct uroce_cq *cq = to_ucq(ibcq);
+
+	pthread_spin_lock(&cq->lock);
+	/* "next completion" wins over "solicited only" when both were asked */
+	if (cq->armed != CQ_ARM_ALL)
+		cq->armed = solicited_only ? CQ_ARM_SOLICITED : CQ_ARM_ALL;
+	pthread_spin_unlock(&cq->lock);
+	return 0;
+}

@@ -1,0 +1,252 @@
+/* The per-process device: configuration, addresses, counters page, engine. */
+#include "device.h"
+#include "../verbs/ops.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "../net/net.h"
+#include "../transport/icrc.h"
+
+const char *const uroce_counter_names[UC__COUNT] = {
+#define X(n, d) #n,
+	UROCE_COUNTERS(X)
+#undef X
+};
+const char *const uroce_counter_help[UC__COUNT] = {
+#define X(n, d) d,
+	UROCE_COUNTERS(X)
+#undef X
+};
+
+static int log_level = -1;
+
+void uroce_log(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (log_level < 0) {
+		const char *e = getenv("UROCE_LOG");
+		log_level = e ? atoi(e) : 0;
+	}
+	if (level > log_level)
+		return;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int parse_addr(const char *s, uint8_t gid[16])
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (inet_pton(AF_INET, s, &a4) == 1) {
+		memset(gid, 0, 10);
+		gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &a4, 4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, s, &a6) == 1) {
+		memcpy(gid, &a6, 16);
+		return 0;
+	}
+	return -1;
+}
+
+static unsigned env_uint(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	return e && *e ? (unsigned)strtoul(e, NULL, 0) : def;
+}
+
+int uroce_config_load(struct uroce_config *cfg)
+{
+	const char *e;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->active_mtu = IBV_MTU_1024;
+	cfg->window = 128;   /* rxe's limit of unacknowledged PSNs (§10) */
+	cfg->spin_us = 50;
+	e = getenv("UROCE_ADDR");
+	if (e && *e) {
+		char buf[512], *save = NULL;
+		snprintf(buf, sizeof(buf), "%s", e);
+		for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+			if (cfg->ngids == UROCE_MAX_GIDS || parse_addr(t, cfg->gids[cfg->ngids]) < 0) {
+				LOG_ERR("uroce: UROCE_ADDR: cannot use '%s' (IPv4 or IPv6 addresses, comma separated, at most %d)",
+					t, UROCE_MAX_GIDS);
+				return -EINVAL;
+			}
+			cfg->ngids++;
+		}
+		cfg->addr_from_env = cfg->ngids > 0;
+	}
+	e = getenv("UROCE_MTU");
+	if (e && *e) {
+		switch (atoi(e)) {
+		case 256: cfg->active_mtu = IBV_MTU_256; break;
+		case 512: cfg->active_mtu = IBV_MTU_512; break;
+		case 1024: cfg->active_mtu = IBV_MTU_1024; break;
+		case 2048: cfg->active_mtu = IBV_MTU_2048; break;
+		case 4096: cfg->active_mtu = IBV_MTU_4096; break;
+		default:
+			LOG_ERR("uroce: UROCE_MTU must be 256, 512, 1024, 2048 or 4096");
+			return -EINVAL;
+		}
+	}
+	e = getenv("UROCE_PCAP");
+	if (e && *e)
+		snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%s", e);
+	cfg->window = env_uint("UROCE_WINDOW", cfg->window);
+	if (cfg->window < 1)
+		cfg->window = 1;
+	if (cfg->window > 4096)
+		cfg->window = 4096;
+	cfg->fault_drop_tx = env_uint("UROCE_FAULT_DROP_TX", 0);
+	cfg->fault_drop_rx = env_uint("UROCE_FAULT_DROP_RX", 0);
+	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
+	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
+	return 0;
+}
+
+static const char *gid_str(const uint8_t *g, char *buf, size_t n)
+{
+	if (gid_is_ipv4(g))
+		inet_ntop(AF_INET, g + 12, buf, (socklen_t)n);
+	else
+		inet_ntop(AF_INET6, g, buf, (socklen_t)n);
+	return buf;
+}
+
+void uroce_config_print(const struct uroce_config *cfg, FILE *f)
+{
+	char a[64];
+
+	for (int i = 0; i < cfg->ngids; i++)
+		fprintf(f, "  gid[%d]        %s (RoCE v2, UDP port 4791)\n", i, gid_str(cfg->gids[i], a, sizeof(a)));
+	fprintf(f, "  address from  %s\n", cfg->addr_from_env ? "UROCE_ADDR" : "automatic (127.64.0.0/10, one per process)");
+	fprintf(f, "  active_mtu    %d (UROCE_MTU)\n", 128 << cfg->active_mtu);
+	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
+	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
+	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
+	if (cfg->fault_drop_tx || cfg->fault_drop_rx)
+		fprintf(f, "  fault         drop every %u-th sent, %u-th received\n", cfg->fault_drop_tx, cfg->fault_drop_rx);
+}
+
+static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct uroce_dev *the_dev;
+
+static int shm_publish(struct uroce_dev *dev)
+{
+	snprintf(dev->shm_path, sizeof(dev->shm_path), "/dev/shm/uroce.%d", (int)getpid());
+	int fd = open(dev->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	void *p = MAP_FAILED;
+
+	if (fd >= 0 && ftruncate(fd, sizeof(struct uroce_shm)) == 0)
+		p = mmap(NULL, sizeof(struct uroce_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (fd >= 0)
+		close(fd);
+	if (p == MAP_FAILED) {
+		/* counters still work in-process; `uroce stat` just won't see them */
+		dev->shm_path[0] = 0;
+		p = mmap(NULL, sizeof(struct uroce_shm), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return -ENOMEM;
+	}
+	dev->shm = p;
+	memset(dev->shm, 0, sizeof(*dev->shm));
+	dev->shm->version = UROCE_SHM_VERSION;
+	dev->shm->pid = (uint32_t)getpid();
+	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (cfd >= 0) {
+		ssize_t n = read(cfd, dev->shm->cmdline, sizeof(dev->shm->cmdline) - 1);
+		for (ssize_t i = 0; i + 1 < n; i++)
+			if (!dev->shm->cmdline[i])
+				dev->shm->cmdline[i] = ' ';
+		close(cfd);
+	}
+	return 0;
+}
+
+static void shm_finish(struct uroce_dev *dev)
+{
+	dev->shm->ngids = (uint32_t)dev->cfg.ngids;
+	dev->shm->active_mtu = 128u << dev->cfg.active_mtu;
+	memcpy(dev->shm->gids, dev->cfg.gids, sizeof(dev->shm->gids));
+	__atomic_store_n(&dev->shm->magic, UROCE_SHM_MAGIC, __ATOMIC_RELEASE);
+}
+
+static void dev_free(struct uroce_dev *dev)
+{
+	if (dev->engine_running)
+		engine_stop(dev);
+	net_destroy(dev->net);
+	if (dev->shm) {
+		if (dev->shm_path[0])
+			unlink(dev->shm_path);
+		munmap(dev->shm, sizeof(*dev->shm));
+	}
+	pthread_mutex_destroy(&dev->lock);
+	pthread_mutex_destroy(&dev->rx_lock);
+	free(dev);
+}
+
+struct uroce_dev *uroce_dev_get(void)
+{
+	struct uroce_dev *dev;
+	int rc;
+
+	pthread_mutex_lock(&dev_global_lock);
+	if (the_dev) {
+		the_dev->refcnt++;
+		dev = the_dev;
+		pthread_mutex_unlock(&dev_global_lock);
+		return dev;
+	}
+	dev = calloc(1, sizeof(*dev));
+	if (!dev) {
+		pthread_mutex_unlock(&dev_global_lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&dev->lock, NULL);
+	pthread_mutex_init(&dev->rx_lock, NULL);
+	dev->refcnt = 1;
+	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
+	rc = uroce_config_load(&dev->cfg);
+	if (rc == 0)
+		rc = shm_publish(dev);
+	if (rc == 0) {
+		dev->net = net_create(dev);
+		if (!dev->net)
+			rc = -errno;
+	}
+	if (rc == 0)
+		rc = engine_start(dev);
+	if (rc < 0) {
+		dev_free(dev);
+		pthread_mutex_unlock(&dev_global_lock);
+		errno = -rc;
+		return NULL;
+	}
+	shm_finish(dev);
+	the_dev = dev;
+	pthread_mutex_unlock(&dev_global_lock);
+	return dev;
+}
+
+void uroce_dev_put(struct uroce_dev *dev)
+{
+	pthread_mutex_lock(&dev_global_lock);
+	if (--dev->refcnt == 0) {
+		the_dev = NULL;
+		dev_free(dev);
+	}
+	pthread_mutex_unlock(&dev_global_lock);
+}

@@ -1,0 +1,92 @@
+/* The uroce device: one per process, shared by every ibv_context opened on
+ * uroce0 (libibverbs allows several).  It owns the addresses (GIDs), the
+ * packet I/O backend, the object tables and the engine thread. */
+#ifndef UROCE_DEVICE_H
+#define UROCE_DEVICE_H
+
+#include "objects.h"
+#include <stdio.h>
+#include <time.h>
+
+struct uroce_net;
+
+struct uroce_config {
+	uint8_t gids[UROCE_MAX_GIDS][16];
+	int ngids;
+	bool addr_from_env;      /* UROCE_ADDR given */
+	enum ibv_mtu active_mtu; /* UROCE_MTU */
+	char pcap_path[256];     /* UROCE_PCAP */
+	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP */
+	unsigned fault_drop_tx;  /* UROCE_FAULT_DROP_TX: drop every Nth packet sent */
+	unsigned fault_drop_rx;  /* UROCE_FAULT_DROP_RX: drop every Nth packet received */
+	int log_level;           /* UROCE_LOG: 0 errors, 1 info, 2 debug */
+	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
+};
+
+struct uroce_dev {
+	pthread_mutex_t lock;          /* refcnt, qp_list, object counts */
+	int refcnt;
+	struct uroce_config cfg;
+	struct uroce_net *net;
+	struct uroce_shm *shm;         /* counters, published at /dev/shm/uroce.<pid> */
+	char shm_path[64];
+
+	_Atomic(struct uroce_qp *) qp_table[UROCE_MAX_QP];
+	struct uroce_qp *qp_list;
+	uint32_t qpn_next;
+	unsigned nqp, ncq, nmr, npd, nah, nsrq;
+
+	/* engine (core/engine.c) */
+	pthread_t engine;
+	bool engine_running;
+	int epfd, kick_fd;
+	int epfd_timers;                /* kick_fd only: sleep while applications poll */
+	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
+	atomic_bool stop;
+	atomic_bool sleeping;
+	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
+	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
+};
+
+struct uroce_dev *uroce_dev_get(void);   /* opens on first use */
+void uroce_dev_put(struct uroce_dev *dev);
+int uroce_config_load(struct uroce_config *cfg);
+void uroce_config_print(const struct uroce_config *cfg, FILE *f);
+
+static inline void dev_count(struct uroce_dev *dev, enum uroce_counter c, uint64_t n)
+{
+	__atomic_fetch_add(&dev->shm->counters[c], n, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* QP table (qp.c): QPN = salt << 14 | index; index 0, 1 and 0x3FFF unused so
+ * that QPN 0, 1 (GSI) and 0xFFFFFF (multicast) are never handed out. */
+static inline struct uroce_qp *dev_lookup_qp(struct uroce_dev *dev, uint32_t qpn)
+{
+	struct uroce_qp *qp = atomic_load_explicit(&dev->qp_table[qpn & (UROCE_MAX_QP - 1)],
+						   memory_order_acquire);
+	return (qp && qp->qpn == qpn) ? qp : NULL;
+}
+
+/* engine.c */
+int engine_start(struct uroce_dev *dev);
+void engine_stop(struct uroce_dev *dev);
+void engine_kick(struct uroce_dev *dev);
+void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline);
+int dev_progress(struct uroce_dev *dev, int budget);
+/* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
+void dev_poll_progress(struct uroce_dev *dev);
+
+/* log */
+void uroce_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LOG_ERR(...) uroce_log(0, __VA_ARGS__)
+#define LOG_INFO(...) uroce_log(1, __VA_ARGS__)
+#define LOG_DBG(...) uroce_log(2, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,206 @@
+/* The engine thread: receives packets, runs the transport for them, fires
+ * QP timers.  It spins for UROCE_SPIN_US after the last packet and otherwise
+ * sleeps in epoll (an idle process uses no CPU); posting threads kick it only
+ * when they arm a timer earlier than the one it sleeps on. */
+#include "device.h"
+#include "../verbs/ops.h"
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include "../net/net.h"
+#include "../transport/transport.h"
+
+#define APP_POLL_GRACE_NS 1000000ull /* 1 ms without an application poll: engine takes over */
+
+static void run_timers(struct uroce_dev *dev, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	atomic_store(&dev->timer_next, UINT64_MAX);
+	pthread_mutex_lock(&dev->lock);
+	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
+		pthread_mutex_lock(&qp->lock);
+		if (qp->timer_deadline && qp->timer_deadline <= now)
+			completer_timer(qp, now);
+		if (qp->timer_deadline && qp->timer_deadline < next)
+			next = qp->timer_deadline;
+		pthread_mutex_unlock(&qp->lock);
+	}
+	pthread_mutex_unlock(&dev->lock);
+	/* lower the shared deadline (a poster may have lowered it meanwhile) */
+	uint64_t cur = atomic_load(&dev->timer_next);
+	while (next < cur && !atomic_compare_exchange_weak(&dev->timer_next, &cur, next))
+		;
+}
+
+/* Process up to `budget` received packets and due timers.  Returns the number
+ * of packets handled.  Caller holds no lock. */
+static int progress_locked(struct uroce_dev *dev, int budget)
+{
+	struct uroce_rxpkt pkts[UROCE_RX_BATCH];
+	int done = 0;
+
+	while (done < budget) {
+		int n = net_recv(dev->net, pkts, UROCE_RX_BATCH);
+		if (n <= 0)
+			break;
+		for (int i = 0; i < n; i++)
+			transport_rx(dev, &pkts[i]);
+		net_recv_done(dev->net, pkts, n);
+		done += n;
+	}
+	uint64_t now = now_ns();
+	if (atomic_load(&dev->timer_next) <= now)
+		run_timers(dev, now);
+	return done;
+}
+
+int dev_progress(struct uroce_dev *dev, int budget)
+{
+	pthread_mutex_lock(&dev->rx_lock);
+	int done = progress_locked(dev, budget);
+	pthread_mutex_unlock(&dev->rx_lock);
+	return done;
+}
+
+/* Hand-off (docs/architecture.md): an application spinning on ibv_poll_cq
+ * runs the receive path itself, and the engine stays off the sockets while
+ * it does, so the two never fight over the cores. */
+void dev_poll_progress(struct uroce_dev *dev)
+{
+	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
+	if (pthread_mutex_trylock(&dev->rx_lock))
+		return;
+	progress_locked(dev, UROCE_RX_BATCH);
+	pthread_mutex_unlock(&dev->rx_lock);
+}
+
+void engine_kick(struct uroce_dev *dev)
+{
+	uint64_t one = 1;
+	if (write(dev->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		LOG_ERR("uroce: engine kick: %s", strerror(errno));
+}
+
+void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
+{
+	struct uroce_dev *dev = qp->dev;
+	uint64_t cur = atomic_load(&dev->timer_next);
+
+	qp->timer_deadline = deadline;
+	if (!deadline)
+		return;
+	while (deadline < cur) {
+		if (atomic_compare_exchange_weak(&dev->timer_next, &cur, deadline)) {
+			if (atomic_load(&dev->sleeping))
+				engine_kick(dev);
+			break;
+		}
+	}
+}
+
+static void *engine_main(void *arg)
+{
+	struct uroce_dev *dev = arg;
+	uint64_t last_traffic = 0;
+	struct epoll_event evs[8];
+
+	while (!atomic_load(&dev->stop)) {
+		if (dev_progress(dev, 256) > 0) {
+			last_traffic = now_ns();
+			continue;
+		}
+		uint64_t now = now_ns();
+		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
+		if (now - app < APP_POLL_GRACE_NS) {
+			/* an application is polling: it receives; wake for timers and
+			 * to notice when it stops */
+			uint64_t next = atomic_load(&dev->timer_next);
+			uint64_t d = APP_POLL_GRACE_NS;
+			if (next != UINT64_MAX)
+				d = next > now ? (next - now < d ? next - now : d) : 0;
+			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)d };
+			atomic_store(&dev->sleeping, true);
+			int n = epoll_pwait2(dev->epfd_timers, evs, 8, &ts, NULL);
+			atomic_store(&dev->sleeping, false);
+			if (n > 0) {
+				uint64_t v;
+				if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					LOG_DBG("uroce: kick read failed");
+			}
+			continue;
+		}
+		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
+			sched_yield();
+			continue;
+		}
+		atomic_store(&dev->sleeping, true);
+		/* re-check after announcing sleep: a kick may have been skipped */
+		if (dev_progress(dev, 256) > 0) {
+			atomic_store(&dev->sleeping, false);
+			last_traffic = now_ns();
+			continue;
+		}
+		uint64_t next = atomic_load(&dev->timer_next);
+		struct timespec ts, *tsp = NULL;
+		now = now_ns();
+		if (next != UINT64_MAX) {
+			uint64_t d = next > now ? next - now : 0;
+			ts.tv_sec = (time_t)(d / 1000000000ull);
+			ts.tv_nsec = (long)(d % 1000000000ull);
+			tsp = &ts;
+		}
+		int n = epoll_pwait2(dev->epfd, evs, 8, tsp, NULL);
+		atomic_store(&dev->sleeping, false);
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.u32 == 0) {
+				uint64_t v;
+				if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					break;
+			}
+		}
+		if (n > 0)
+			last_traffic = now_ns();
+	}
+	return NULL;
+}
+
+int engine_start(struct uroce_dev *dev)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 0 };
+	int rc;
+
+	atomic_store(&dev->timer_next, UINT64_MAX);
+	dev->epfd = epoll_create1(EPOLL_CLOEXEC);
+	dev->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (dev->epfd < 0 || dev->kick_fd < 0)
+		return -errno;
+	if (epoll_ctl(dev->epfd, EPOLL_CTL_ADD, dev->kick_fd, &ev) < 0)
+		return -errno;
+	dev->epfd_timers = epoll_create1(EPOLL_CLOEXEC);
+	if (dev->epfd_timers < 0 || epoll_ctl(dev->epfd_timers, EPOLL_CTL_ADD, dev->kick_fd, &ev) < 0)
+		return -errno;
+	rc = dev->net->ops->add_fds(dev->net, dev->epfd);
+	if (rc < 0)
+		return rc;
+	rc = pthread_create(&dev->engine, NULL, engine_main, dev);
+	if (rc)
+		return -rc;
+	pthread_setname_np(dev->engine, "uroce-engine");
+	dev->engine_running = true;
+	return 0;
+}
+
+void engine_stop(struct uroce_dev *dev)
+{
+	atomic_store(&dev->stop, true);
+	engine_kick(dev);
+	pthread_join(dev->engine, NULL);
+	dev->engine_running = false;
+	close(dev->epfd);
+	close(dev->epfd_timers);
+	close(dev->kick_fd);
+}

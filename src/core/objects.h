@@ -1,0 +1,238 @@
+/* Core objects of the uroce device.  The verbs structs are embedded first so
+ * that provider objects convert with container_of-style helpers (to_uqp ...).
+ * Lock order (docs/architecture.md): dev->rx_lock -> dev->lock -> qp->lock ->
+ * rq/srq lock -> cq->lock -> channel->lock. */
+#ifndef UROCE_OBJECTS_H
+#define UROCE_OBJECTS_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include "counters.h"
+
+#define UROCE_VENDOR_ID 0x5552ce    /* ours ("UR"); neither Mellanox (0x02c9) nor Amazon (0x1d0f) */
+#define UROCE_VENDOR_PART_ID 0x0001
+#define UROCE_MAX_QP 16384          /* QPN index bits: 14 */
+#define UROCE_MAX_QP_WR 16384
+#define UROCE_MAX_SGE 32
+#define UROCE_MAX_INLINE 512
+#define UROCE_MAX_CQE 65536
+#define UROCE_MAX_CQ 16384
+#define UROCE_MAX_MR 65536
+#define UROCE_MAX_PD 16384
+#define UROCE_MAX_RD_ATOMIC 16
+#define UROCE_MAX_MSG (1u << 31)    /* RETH DMA length limit (§2.2) */
+#define UROCE_MAX_AH 65536
+#define UROCE_MAX_SRQ 4096
+#define UROCE_MAX_SRQ_WR 16384
+
+#define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+struct uroce_dev;
+
+/* A resolved local buffer: a host pointer the transport reads or writes. */
+struct uroce_seg {
+	uint8_t *addr;
+	uint32_t len;
+};
+
+/* ---------------------------------------------------------------- MR ---- */
+struct uroce_mr {
+	struct ibv_mr ibv;
+	uint64_t iova;        /* the address remote and local keys are checked against */
+	uint8_t *host;        /* host address that iova maps to */
+	uint64_t length;
+	unsigned access;
+	atomic_int users;     /* transport references while copying (mr.c) */
+	atomic_bool valid;
+};
+
+/* Named verdicts of a memory check (siw style), mapped to NAK codes and WC
+ * statuses in one place (mr.c). */
+enum uroce_mem_verdict {
+	MEM_OK = 0,
+	MEM_KEY_INVALID,
+	MEM_PD_MISMATCH,
+	MEM_ACCESS,
+	MEM_BOUNDS,
+};
+
+/* ---------------------------------------------------------------- CQ ---- */
+struct uroce_comp_channel {
+	struct ibv_comp_channel ibv;
+	pthread_mutex_t lock;
+	struct uroce_cq **pending;   /* FIFO of CQs with an undelivered event */
+	unsigned npending, cap;
+	int refcnt;
+};
+
+struct uroce_cq {
+	struct ibv_cq_ex ibv;         /* ibv_cq is its prefix */
+	pthread_spinlock_t lock;
+	struct ibv_wc *ring;
+	uint32_t size;                /* entries in ring (power of 2) */
+	uint32_t head, tail;          /* tail: next to poll; head: next to fill */
+	enum { CQ_ARM_NONE, CQ_ARM_SOLICITED, CQ_ARM_ALL } armed;
+	int refcnt;                   /* QPs / SRQs using it */
+	bool overrun;
+	uint32_t comp_events_reported;
+	struct ibv_wc cur;            /* the entry start_poll/next_poll exposed */
+	struct uroce_dev *dev;
+};
+
+/* --------------------------------------------------------------- QP ----- */
+enum uroce_wqe_state {
+	WQE_POSTED,    /* not fully transmitted */
+	WQE_SENT,      /* every packet sent, waiting for ACK or response */
+	WQE_DONE,      /* completed (or flushed), waiting to leave in order */
+};
+
+struct uroce_send_wqe {
+	uint64_t wr_id;
+	uint32_t opcode;          /* enum ibv_wr_opcode */
+	uint32_t send_flags;
+	uint32_t imm_data;        /* __be32, or invalidate rkey (host) */
+	uint32_t rkey;
+	uint64_t remote_addr;
+	uint64_t compare_add, swap;
+	uint32_t length;          /* message bytes */
+	uint32_t nseg;
+	struct uroce_seg *seg;    /* resolved local segments (or one inline segment) */
+	enum ibv_wc_status status;/* non-success: completes with it on reaching the head */
+	enum uroce_wqe_state state;
+	/* PSN bookkeeping, set when the first packet goes out. */
+	bool started;
+	uint32_t first_psn, last_psn;
+	uint32_t npkts;
+	uint32_t next_pkt;        /* next packet index to transmit */
+	uint32_t resp_bytes;      /* READ: bytes placed so far */
+};
+
+struct uroce_recv_wqe {
+	uint64_t wr_id;
+	uint32_t nseg;
+	uint32_t length;          /* total buffer bytes */
+	struct uroce_seg *seg;
+	enum ibv_wc_status status;  /* LOC_PROT_ERR when an lkey was bad */
+};
+
+struct uroce_rq {
+	pthread_spinlock_t lock;
+	struct uroce_recv_wqe *wqe;
+	struct uroce_seg *segs;
+	uint32_t max_wr, max_sge;
+	uint32_t head, tail;      /* head: next free; tail: next to consume */
+};
+
+/* A saved READ/atomic request at the responder, for duplicate replay (§6.4). */
+struct uroce_rd_res {
+	bool valid;
+	bool atomic;
+	uint32_t first_psn, last_psn;
+	uint64_t va;
+	uint32_t rkey, length;
+	uint64_t orig;            /* atomic: value before the operation */
+	uint8_t atomic_op;
+};
+
+struct uroce_srq {
+	struct ibv_srq ibv;
+	struct uroce_rq rq;
+	uint32_t srq_limit;
+	int refcnt;
+};
+
+struct uroce_ah {
+	struct ibv_ah ibv;
+	struct ibv_ah_attr attr;
+};
+
+struct uroce_flow; /* net/ */
+
+struct uroce_qp {
+	struct ibv_qp_ex ibv;     /* ibv.qp_base is the ibv_qp */
+	struct uroce_dev *dev;
+	pthread_mutex_t lock;     /* requester, completer and responder state */
+	uint32_t qpn;
+	enum ibv_qp_type type;
+	bool sq_sig_all;
+	/* attributes (ibv_modify_qp) */
+	struct ibv_qp_attr attr;
+	struct ibv_qp_cap cap;
+	uint8_t dgid[16], sgid[16];
+	uint16_t sport;           /* UDP source port: per-QP entropy (§1.4) */
+	uint32_t pmtu;            /* bytes */
+	struct uroce_flow *flow;
+
+	/* ---- send queue / requester / completer (requester.c, completer.c) */
+	struct uroce_send_wqe *sq;
+	struct uroce_seg *sq_segs;  /* max_sge (+1 for inline) per WQE */
+	uint8_t *sq_inline;         /* max_inline bytes per WQE */
+	uint32_t sq_size;
+	uint32_t sq_head;           /* next free slot */
+	uint32_t sq_send;           /* next WQE with packets to send */
+	uint32_t sq_tail;           /* oldest not yet completed */
+	uint32_t snd_psn;           /* next PSN to transmit */
+	uint32_t una_psn;           /* oldest unacknowledged PSN */
+	uint32_t max_psn;           /* highest PSN ever sent + 1 */
+	uint32_t rd_atomic_out;     /* READ/atomic requests awaiting responses */
+	unsigned retry_left, rnr_left;
+	uint64_t timer_deadline;    /* ns, 0 = off (ACK timer or RNR wait) */
+	bool rnr_wait;
+	bool sq_draining;           /* SQD requested */
+	bool sqd_event_pending;
+
+	/* ---- receive queue / responder (responder.c) */
+	struct uroce_rq rq;
+	struct uroce_srq *srq;
+	uint32_t epsn;              /* expected request PSN */
+	uint32_t msn;
+	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
+	uint32_t last_ack_psn;      /* PSN of the last completed non-READ request */
+	bool ack_pending;
+	/* the message being received */
+	bool in_send, in_write;
+	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE */
+	bool cur_recv_valid;
+	uint32_t recv_off;
+	uint64_t write_va;
+	uint32_t write_rkey, write_left;
+	struct uroce_mr *write_mr;
+	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
+	uint32_t res_size, res_next;
+
+	/* ---- objects */
+	struct uroce_cq *send_cq, *recv_cq;
+	struct uroce_pd *pd;
+	uint32_t events_reported;
+	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
+};
+
+struct uroce_pd {
+	struct ibv_pd ibv;
+	atomic_int refcnt;            /* MRs, QPs, AHs, SRQs, MWs */
+};
+
+struct uroce_context {
+	struct verbs_context vctx;    /* vctx.context is what applications see */
+	struct uroce_dev *dev;
+	pthread_mutex_t async_lock;
+	struct ibv_async_event *async_q;
+	unsigned async_n, async_cap;
+};
+
+static inline struct uroce_context *to_uctx(struct ibv_context *c) { return container_of(c, struct uroce_context, vctx.context); }
+static inline struct uroce_pd *to_upd(struct ibv_pd *p) { return container_of(p, struct uroce_pd, ibv); }
+static inline struct uroce_mr *to_umr(struct ibv_mr *m) { return container_of(m, struct uroce_mr, ibv); }
+static inline struct uroce_cq *to_ucq(struct ibv_cq *c) { return container_of((struct ibv_cq_ex *)c, struct uroce_cq, ibv); }
+static inline struct uroce_cq *to_ucqx(struct ibv_cq_ex *c) { return container_of(c, struct uroce_cq, ibv); }
+static inline struct uroce_qp *to_uqp(struct ibv_qp *q) { return container_of(q, struct uroce_qp, ibv.qp_base); }
+static inline struct uroce_srq *to_usrq(struct ibv_srq *s) { return container_of(s, struct uroce_srq, ibv); }
+static inline struct uroce_ah *to_uah(struct ibv_ah *a) { return container_of(a, struct uroce_ah, ibv); }
+static inline struct uroce_comp_channel *to_uchan(struct ibv_comp_channel *c) { return container_of(c, struct uroce_comp_channel, ibv); }
+
+#endif

@@ -1,0 +1,127 @@
+/* The backend-independent part of packet I/O: counters, fault injection for
+ * deterministic tests (UROCE_FAULT_DROP_TX/RX) and the pcap tap. */
+#include "net.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../transport/hdr.h"
+
+struct uroce_net *net_create(struct uroce_dev *dev)
+{
+	struct uroce_net *net = calloc(1, sizeof(*net));
+	int rc;
+
+	if (!net)
+		return NULL;
+	net->dev = dev;
+	net->ops = &uroce_udp_ops;
+	rc = net->ops->open(net);
+	if (rc < 0) {
+		free(net);
+		errno = -rc;
+		return NULL;
+	}
+	if (dev->cfg.pcap_path[0]) {
+		net->pcap = pcap_tap_open(dev->cfg.pcap_path);
+		if (!net->pcap)
+			LOG_ERR("uroce: cannot write pcap %s", dev->cfg.pcap_path);
+	}
+	return net;
+}
+
+void net_destroy(struct uroce_net *net)
+{
+	if (!net)
+		return;
+	if (net->pcap)
+		pcap_tap_close(net->pcap);
+	net->ops->close(net);
+	free(net);
+}
+
+struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport)
+{
+	return net->ops->flow_open(net, sgid, sport);
+}
+
+void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
+{
+	net->ops->flow_close(flow);
+}
+
+static bool fault_hit(atomic_uint *seq, unsigned every)
+{
+	return every && (atomic_fetch_add_explicit(seq, 1, memory_order_relaxed) + 1) % every == 0;
+}
+
+int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
+	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
+{
+	struct uroce_dev *dev = net->dev;
+	uint64_t bytes = 0;
+	int k = 0;
+
+	/* fault injection: drop chosen packets before the socket (compacting) */
+	if (dev->cfg.fault_drop_tx) {
+		for (int i = 0; i < n; i++) {
+			if (fault_hit(&net->fault_tx_seq, dev->cfg.fault_drop_tx)) {
+				dev_count(dev, UC_drop_injected, 1);
+				continue;
+			}
+			if (k != i)
+				msgs[k] = msgs[i];
+			k++;
+		}
+		n = k;
+	}
+	if (n == 0)
+		return 0;
+	if (net->pcap)
+		for (int i = 0; i < n; i++)
+			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, 0, msgs[i].iov, msgs[i].iovcnt);
+	int sent = net->ops->send(flow, dgid, tos, msgs, n);
+	if (sent < 0) {
+		dev_count(dev, UC_tx_errors, 1);
+		return sent;
+	}
+	for (int i = 0; i < sent; i++)
+		bytes += msgs[i].len;
+	dev_count(dev, UC_tx_packets, (uint64_t)sent);
+	dev_count(dev, UC_tx_bytes, bytes);
+	if (sent < n)
+		dev_count(dev, UC_tx_errors, (uint64_t)(n - sent));
+	return sent;
+}
+
+int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+{
+	struct uroce_dev *dev = net->dev;
+	int n = net->ops->recv(net, pkts, max);
+	uint64_t bytes = 0;
+
+	if (n <= 0)
+		return n;
+	for (int i = 0; i < n; i++)
+		bytes += pkts[i].len;
+	dev_count(dev, UC_rx_packets, (uint64_t)n);
+	dev_count(dev, UC_rx_bytes, bytes);
+	if (dev->cfg.fault_drop_rx) {
+		int k = 0;
+		for (int i = 0; i < n; i++) {
+			if (fault_hit(&net->fault_rx_seq, dev->cfg.fault_drop_rx)) {
+				dev_count(dev, UC_drop_injected, 1);
+				continue;
+			}
+			if (k != i)
+				pkts[k] = pkts[i];
+			k++;
+		}
+		n = k;
+	}
+	return n;
+}
+
+void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+{
+	net->ops->recv_done(net, pkts, n);
+}

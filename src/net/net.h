@@ -1,0 +1,85 @@
+/* Packet I/O behind a small backend interface.  The transport hands over
+ * packets as iovecs (headers, then payload straight from registered memory,
+ * then pad + ICRC) and receives UDP payloads (BTH .. ICRC) with addresses. */
+#ifndef UROCE_NET_H
+#define UROCE_NET_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+#include "../core/device.h"
+
+#define UROCE_TX_BATCH 16
+#define UROCE_TX_IOV (UROCE_MAX_SGE + 3)
+#define UROCE_RX_BATCH 32
+#define UROCE_RX_BUFSZ 4352   /* 4096 payload + headers + ICRC, rounded */
+
+struct uroce_txmsg {
+	struct iovec iov[UROCE_TX_IOV];
+	int iovcnt;
+	uint32_t len;
+};
+
+struct uroce_rxpkt {
+	uint8_t *buf;           /* UDP payload: BTH .. ICRC */
+	uint32_t len;
+	uint8_t sgid[16], dgid[16];
+	uint16_t sport;
+	uint8_t tos;
+};
+
+struct uroce_flow;
+struct uroce_net;
+
+struct uroce_net_ops {
+	const char *name;
+	int (*open)(struct uroce_net *net);
+	void (*close)(struct uroce_net *net);
+	/* A transmit flow: source GID and UDP source port of one QP. */
+	struct uroce_flow *(*flow_open)(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport);
+	void (*flow_close)(struct uroce_flow *flow);
+	int (*send)(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos,
+		    struct uroce_txmsg *msgs, int n);
+	/* Non-blocking: up to max packets, 0 when none is waiting. */
+	int (*recv)(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
+	/* Return the packets' buffers once processed. */
+	void (*recv_done)(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
+	int (*add_fds)(struct uroce_net *net, int epfd);
+};
+
+struct uroce_net {
+	const struct uroce_net_ops *ops;
+	struct uroce_dev *dev;
+	void *priv;
+	struct pcap_tap *pcap;
+	atomic_uint fault_tx_seq, fault_rx_seq;
+};
+
+struct uroce_net *net_create(struct uroce_dev *dev);
+void net_destroy(struct uroce_net *net);
+struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport);
+void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
+/* Sends with fault injection, pcap and counters applied. */
+int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
+	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
+int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
+void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
+
+/* pcap.c: a capture Wireshark opens as Ethernet/IP/UDP/RoCEv2. */
+struct pcap_tap *pcap_tap_open(const char *path);
+void pcap_tap_close(struct pcap_tap *tap);
+void pcap_tap_write(struct pcap_tap *tap, const uint8_t sgid[16], const uint8_t dgid[16],
+		    uint16_t sport, uint16_t dport, uint16_t ip_id, const struct iovec *iov, int iovcnt);
+
+extern const struct uroce_net_ops uroce_udp_ops;
+
+
+
+/* Received packets go to the pcap once their ICRC check has told the IPv4 ID. */
+static inline void net_tap_rx(struct uroce_net *net, const struct uroce_rxpkt *p, uint16_t ip_id)
+{
+	if (net->pcap) {
+		struct iovec iov = { p->buf, p->len };
+		pcap_tap_write(net->pcap, p->sgid, p->dgid, p->sport, 4791, ip_id, &iov, 1);
+	}
+}
+#endif

@@ -1,0 +1,377 @@
+/* The UDP socket backend: RoCEv2 over ordinary UDP sockets, no privileges.
+ *
+ * Receive: one socket per GID bound to <address>:4791.  Transmit: one socket
+ * per QP bound to <address>:<per-QP source port> (§1.4: the source port is
+ * the QP's ECMP entropy, constant for its life), sharing the port with
+ * SO_REUSEPORT in the rare case two QPs hash to the same value.
+ *
+ * ICRC note (§4.2): the kernel picks the IPv4 Identification, which the ICRC
+ * covers.  An unconnected socket that sets DF gets ID 0, which is what the
+ * transport assumes when it computes the ICRC. */
+#include "net.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "../transport/hdr.h"
+#include "../transport/icrc.h"
+
+#ifndef UDP_NO_CHECK6_RX
+#define UDP_NO_CHECK6_RX 102
+#endif
+
+struct udp_priv {
+	int rx_fd[UROCE_MAX_GIDS];
+	int nrx;
+	unsigned rr;
+	uint8_t *bufs;                       /* UROCE_RX_BATCH buffers */
+	struct mmsghdr mm[UROCE_RX_BATCH];
+	struct iovec iov[UROCE_RX_BATCH];
+	struct sockaddr_in6 from[UROCE_RX_BATCH];
+	uint8_t cbuf[UROCE_RX_BATCH][128];
+};
+
+struct uroce_flow {
+	int fd;
+	bool v4;
+	int tos;
+};
+
+static void gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (gid_is_ipv4(gid)) {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(port);
+		memcpy(&s->sin_addr, gid + 12, 4);
+		*len = sizeof(*s);
+	} else {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(port);
+		memcpy(&s->sin6_addr, gid, 16);
+		*len = sizeof(*s);
+	}
+}
+
+static void sockaddr_to_gid(const struct sockaddr_storage *ss, uint8_t gid[16], uint16_t *port)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)ss;
+		memset(gid, 0, 10); gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+	} else {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
+		memcpy(gid, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+	}
+}
+
+static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	bool v4 = gid_is_ipv4(gid);
+	int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	if (fd < 0)
+		return -errno;
+	if (reuse) {
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	}
+	if (v4) {
+		int pmtu = IP_PMTUDISC_DO; /* DF, as RoCEv2 sends (§1.2) */
+		setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+		/* UDP checksum 0 on IPv4, as rxe sends (§1.4) */
+		setsockopt(fd, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one));
+		if (rx) {
+			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+		}
+	} else {
+		int pmtu = IPV6_PMTUDISC_DO;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+		if (rx) {
+			/* rxe sends IPv6 with UDP checksum 0 (§1.4) */
+			setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+		}
+	}
+	int buf = 8 << 20;
+	if (rx) {
+		if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof(buf)) < 0)
+			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	} else {
+		if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf)) < 0)
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+		/* transmit sockets never expect traffic; keep their queue tiny */
+		int small = 4096;
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	}
+	gid_to_sockaddr(gid, port, &ss, &sl);
+	if (bind(fd, (struct sockaddr *)&ss, sl) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	if (rx)
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return fd;
+}
+
+/* Zero configuration (issue: any number of processes on one host each get
+ * their own address): 127.x.y.z derived from the PID, probed by binding. */
+static int bind_auto_address(struct uroce_config *cfg, int *fd_out)
+{
+	unsigned pid = (unsigned)getpid();
+	unsigned seed = pid ^ (unsigned)now_ns();
+
+	for (int attempt = 0; attempt < 64; attempt++) {
+		unsigned v = attempt == 0 ? pid : (unsigned)rand_r(&seed);
+		uint8_t gid[16] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff, 127,
+			(uint8_t)(64 + ((v >> 16) & 63)), (uint8_t)(v >> 8), (uint8_t)v };
+		if (gid[15] == 0 || gid[15] == 255)
+			gid[15] = 1;
+		int fd = udp_socket(gid, ROCE_UDP_PORT, false, true);
+		if (fd >= 0) {
+			memcpy(cfg->gids[0], gid, 16);
+			cfg->ngids = 1;
+			*fd_out = fd;
+			return 0;
+		}
+		if (fd != -EADDRINUSE)
+			return fd;
+	}
+	return -EADDRINUSE;
+}
+
+static int udp_open(struct uroce_net *net)
+{
+	struct udp_priv *p = calloc(1, sizeof(*p));
+	struct uroce_config *cfg = &net->dev->cfg;
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	p->bufs = malloc((size_t)UROCE_RX_BATCH * UROCE_RX_BUFSZ);
+	if (!p->bufs) {
+		free(p);
+		return -ENOMEM;
+	}
+	if (!cfg->addr_from_env) {
+		rc = bind_auto_address(cfg, &p->rx_fd[0]);
+		if (rc < 0)
+			goto fail;
+		p->nrx = 1;
+	} else {
+		for (int i = 0; i < cfg->ngids; i++) {
+			int fd = udp_socket(cfg->gids[i], ROCE_UDP_PORT, false, true);
+			if (fd < 0) {
+				char a[64];
+				inet_ntop(gid_is_ipv4(cfg->gids[i]) ? AF_INET : AF_INET6,
+					  gid_is_ipv4(cfg->gids[i]) ? cfg->gids[i] + 12 : cfg->gids[i], a, sizeof(a));
+				LOG_ERR("uroce: cannot bind %s port %d: %s", a, ROCE_UDP_PORT, strerror(-fd));
+				rc = fd;
+				goto fail;
+			}
+			p->rx_fd[p->nrx++] = fd;
+		}
+	}
+	for (int i = 0; i < UROCE_RX_BATCH; i++) {
+		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
+		p->iov[i].iov_len = UROCE_RX_BUFSZ;
+	}
+	net->priv = p;
+	return 0;
+fail:
+	for (int i = 0; i < p->nrx; i++)
+		close(p->rx_fd[i]);
+	free(p->bufs);
+	free(p);
+	return rc;
+}
+
+static void udp_close(struct uroce_net *net)
+{
+	struct udp_priv *p = net->priv;
+
+	if (!p)
+		return;
+	for (int i = 0; i < p->nrx; i++)
+		close(p->rx_fd[i]);
+	free(p->bufs);
+	free(p);
+	net->priv = NULL;
+}
+
+static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport)
+{
+	struct uroce_flow *f = calloc(1, sizeof(*f));
+
+	(void)net;
+	if (!f)
+		return NULL;
+	f->fd = udp_socket(sgid, sport, true, false);
+	if (f->fd < 0) {
+		/* Fall back to an ephemeral source port: still a valid RoCEv2
+		 * sender, receivers accept any source port (§1.4). */
+		f->fd = udp_socket(sgid, 0, false, false);
+		if (f->fd < 0) {
+			errno = -f->fd;
+			free(f);
+			return NULL;
+		}
+	}
+	f->v4 = gid_is_ipv4(sgid);
+	f->tos = 0;
+	return f;
+}
+
+static void udp_flow_close(struct uroce_flow *f)
+{
+	if (!f)
+		return;
+	close(f->fd);
+	free(f);
+}
+
+static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
+		    struct uroce_txmsg *msgs, int n)
+{
+	struct mmsghdr mm[UROCE_TX_BATCH];
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int sent = 0;
+
+	if (tos != f->tos) {
+		int t = tos;
+		if (f->v4)
+			setsockopt(f->fd, IPPROTO_IP, IP_TOS, &t, sizeof(t));
+		else
+			setsockopt(f->fd, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof(t));
+		f->tos = tos;
+	}
+	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
+	while (sent < n) {
+		int k = n - sent > UROCE_TX_BATCH ? UROCE_TX_BATCH : n - sent;
+		for (int i = 0; i < k; i++) {
+			memset(&mm[i], 0, sizeof(mm[i]));
+			mm[i].msg_hdr.msg_name = &ss;
+			mm[i].msg_hdr.msg_namelen = sl;
+			mm[i].msg_hdr.msg_iov = msgs[sent + i].iov;
+			mm[i].msg_hdr.msg_iovlen = (size_t)msgs[sent + i].iovcnt;
+		}
+		int r = sendmmsg(f->fd, mm, (unsigned)k, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			/* report the failure of the first unsent message and skip it:
+			 * the transport's retransmission recovers (like a lost packet) */
+			if (sent == 0)
+				return -errno;
+			return sent;
+		}
+		sent += r;
+	}
+	return sent;
+}
+
+static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+{
+	struct udp_priv *p = net->priv;
+	int got = 0;
+
+	if (max > UROCE_RX_BATCH)
+		max = UROCE_RX_BATCH;
+	for (int k = 0; k < p->nrx && got < max; k++) {
+		int fd = p->rx_fd[(p->rr + (unsigned)k) % (unsigned)p->nrx];
+		int want = max - got;
+		for (int i = 0; i < want; i++) {
+			struct msghdr *h = &p->mm[got + i].msg_hdr;
+			memset(h, 0, sizeof(*h));
+			h->msg_name = &p->from[got + i];
+			h->msg_namelen = sizeof(p->from[got + i]);
+			h->msg_iov = &p->iov[got + i];
+			h->msg_iovlen = 1;
+			h->msg_control = p->cbuf[got + i];
+			h->msg_controllen = sizeof(p->cbuf[got + i]);
+		}
+		int r = recvmmsg(fd, &p->mm[got], (unsigned)want, MSG_DONTWAIT, NULL);
+		if (r <= 0)
+			continue;
+		for (int i = got; i < got + r; i++) {
+			struct uroce_rxpkt *pk = &pkts[i];
+			struct msghdr *h = &p->mm[i].msg_hdr;
+			pk->buf = p->iov[i].iov_base;
+			pk->len = p->mm[i].msg_len;
+			if (h->msg_flags & MSG_TRUNC)
+				pk->len = 0; /* larger than any RoCE packet: dropped as truncated */
+			sockaddr_to_gid((struct sockaddr_storage *)&p->from[i], pk->sgid, &pk->sport);
+			memset(pk->dgid, 0, 16);
+			pk->tos = 0;
+			for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+				if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+					struct in_pktinfo pi;
+					memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+					pk->dgid[10] = pk->dgid[11] = 0xff;
+					memcpy(pk->dgid + 12, &pi.ipi_addr, 4);
+				} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+					pk->tos = *(uint8_t *)CMSG_DATA(c);
+				} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+					struct in6_pktinfo pi;
+					memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+					memcpy(pk->dgid, &pi.ipi6_addr, 16);
+				} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+					int tc;
+					memcpy(&tc, CMSG_DATA(c), sizeof(tc));
+					pk->tos = (uint8_t)tc;
+				}
+			}
+		}
+		got += r;
+	}
+	p->rr++;
+	return got;
+}
+
+static void udp_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+{
+	(void)net; (void)pkts; (void)n; /* buffers are reused by the next recv */
+}
+
+static int udp_add_fds(struct uroce_net *net, int epfd)
+{
+	struct udp_priv *p = net->priv;
+
+	for (int i = 0; i < p->nrx; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
+		if (epoll_ctl(epfd, EPOLL_CTL_ADD, p->rx_fd[i], &ev) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+const struct uroce_net_ops uroce_udp_ops = {
+	.name = "udp",
+	.open = udp_open,
+	.close = udp_close,
+	.flow_open = udp_flow_open,
+	.flow_close = udp_flow_close,
+	.send = udp_send,
+	.recv = udp_recv,
+	.recv_done = udp_recv_done,
+	.add_fds = udp_add_fds,
+};

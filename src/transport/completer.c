@@ -1,0 +1,275 @@
+/* Completer: ACKs, NAKs, READ responses and atomic ACKs become send
+ * completions; owns the ACK timer, retry_cnt and rnr_retry (§5, §6.5, §6.6).
+ * Responses must arrive in PSN order: the next one expected is una_psn. */
+#include <string.h>
+#include "transport.h"
+#include "hdr.h"
+
+/* RNR NAK timer codes in microseconds (§5.2; 61.44 ms for code 25 per §11.2). */
+static const uint32_t rnr_timer_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+	163840, 245760, 327680, 491520,
+};
+
+static bool is_rd_atomic(const struct uroce_send_wqe *w)
+{
+	return w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static void progress_made(struct uroce_qp *qp)
+{
+	/* forward progress reloads both retry counters (§6.6) */
+	qp->retry_left = qp->attr.retry_cnt;
+	qp->rnr_left = qp->attr.rnr_retry;
+	qp->timer_deadline = 0;
+}
+
+/* The oldest WQE not yet completed that has packets on the wire. */
+static struct uroce_send_wqe *oldest_started(struct uroce_qp *qp)
+{
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (!w->started)
+			return NULL;
+		if (w->state != WQE_DONE)
+			return w;
+	}
+	return NULL;
+}
+
+/* Everything before `psn` is acknowledged (an ACK for psn-1, or a NAK or
+ * response for psn).  SEND/WRITE WQEs wholly before it complete; a READ or
+ * atomic before it whose response is missing means the response was lost
+ * (implied NAK, §6.6): restart there.  Returns false on such a restart. */
+static bool ack_before(struct uroce_qp *qp, uint32_t psn)
+{
+	struct uroce_send_wqe *w;
+
+	while ((w = oldest_started(qp))) {
+		if (psn_cmp(w->first_psn, psn) >= 0)
+			break;
+		if (is_rd_atomic(w)) {
+			/* only its own responses may complete it */
+			uint32_t resume = psn_add(w->first_psn, w->resp_bytes / qp->pmtu);
+			if (psn_cmp(resume, qp->una_psn) > 0)
+				qp->una_psn = resume;
+			requester_rewind(qp, qp->una_psn);
+			return false;
+		}
+		if (psn_cmp(w->last_psn, psn) >= 0) {
+			/* partly acknowledged message */
+			if (psn_cmp(psn, qp->una_psn) > 0)
+				qp->una_psn = psn;
+			return true;
+		}
+		qp_complete_send(qp, w, IBV_WC_SUCCESS);
+		qp->una_psn = psn_add(w->last_psn, 1);
+	}
+	if (psn_cmp(psn, qp->una_psn) > 0)
+		qp->una_psn = psn;
+	return true;
+}
+
+static void fail_wqe_at(struct uroce_qp *qp, uint32_t psn, enum ibv_wc_status st)
+{
+	struct uroce_send_wqe *w = oldest_started(qp);
+
+	(void)psn;
+	if (w)
+		qp_complete_send(qp, w, st);
+	qp_retire_sends(qp);
+	qp_enter_error(qp);
+}
+
+static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	uint8_t syn = aeth_syndrome(pkt->bth + opinfo(pkt->opcode)->off_aeth);
+	uint32_t psn = pkt->psn;
+
+	switch (syn & AETH_TYPE_MASK) {
+	case AETH_ACK:
+		dev_count(qp->dev, UC_acks_rx, 1);
+		if (psn_cmp(psn, qp->una_psn) < 0) {
+			dev_count(qp->dev, UC_dup_responses, 1);
+			return;
+		}
+		if (ack_before(qp, psn_add(psn, 1)))
+			progress_made(qp);
+		break;
+	case AETH_RNR_NAK: {
+		dev_count(qp->dev, UC_rnr_naks_rx, 1);
+		if (psn_cmp(psn, qp->una_psn) < 0)
+			return;
+		if (!ack_before(qp, psn))
+			return;
+		/* rnr_retry 7 means retry forever (§6.6) */
+		if (qp->attr.rnr_retry != 7) {
+			if (qp->rnr_left == 0) {
+				fail_wqe_at(qp, psn, IBV_WC_RNR_RETRY_EXC_ERR);
+				return;
+			}
+			qp->rnr_left--;
+		}
+		qp->rnr_wait = true;
+		qp->una_psn = psn;
+		qp_arm_timer(qp, now_ns() + (uint64_t)rnr_timer_us[syn & 0x1F] * 1000);
+		break;
+	}
+	default: /* NAK */
+		if (psn_cmp(psn, qp->una_psn) < 0)
+			return;
+		if (syn == AETH_NAK_PSN_SEQ) {
+			dev_count(qp->dev, UC_seq_naks_rx, 1);
+			if (!ack_before(qp, psn))
+				return;
+			if (qp->retry_left == 0) {
+				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
+				return;
+			}
+			qp->retry_left--;
+			requester_rewind(qp, psn);
+			qp->timer_deadline = 0;
+			break;
+		}
+		dev_count(qp->dev, UC_err_naks_rx, 1);
+		ack_before(qp, psn);
+		fail_wqe_at(qp, psn, syn == AETH_NAK_INV_REQ ? IBV_WC_REM_INV_REQ_ERR :
+			    syn == AETH_NAK_REM_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
+		return;
+	}
+}
+
+static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	uint32_t psn = pkt->psn;
+
+	if (psn_cmp(psn, qp->una_psn) < 0) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	if (!ack_before(qp, psn))
+		return;
+	struct uroce_send_wqe *w = oldest_started(qp);
+	if (!w || w->opcode != IBV_WR_RDMA_READ || psn_cmp(psn, w->first_psn) < 0 ||
+	    psn_cmp(psn, w->last_psn) > 0) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	uint32_t idx = (uint32_t)psn_cmp(psn, w->first_psn);
+	uint32_t expect_idx = w->resp_bytes / qp->pmtu;
+	if (idx != expect_idx) {
+		/* a response went missing: ask again from the first gap, once
+		 * per gap (the timer covers the rest) */
+		if (idx > expect_idx && psn_cmp(qp->snd_psn, psn_add(w->first_psn, expect_idx)) > 0) {
+			if (qp->retry_left == 0) {
+				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
+				return;
+			}
+			qp->retry_left--;
+			requester_rewind(qp, psn_add(w->first_psn, expect_idx));
+		}
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	uint32_t off = idx * qp->pmtu;
+	uint32_t want = (idx == w->npkts - 1) ? w->length - off : qp->pmtu;
+	if (pkt->paylen != want) {
+		/* a malformed response: the responder misbehaves */
+		fail_wqe_at(qp, psn, IBV_WC_BAD_RESP_ERR);
+		return;
+	}
+	seg_copy_to(w->seg, w->nseg, off, pkt->payload, pkt->paylen);
+	w->resp_bytes += pkt->paylen;
+	qp->una_psn = psn_add(psn, 1);
+	progress_made(qp);
+	/* end of a chunk request (§6.3: one READ request per chunk) */
+	if ((pkt->mask & OPF_LAST) && qp->rd_atomic_out)
+		qp->rd_atomic_out--;
+	if (idx == w->npkts - 1)
+		qp_complete_send(qp, w, IBV_WC_SUCCESS);
+}
+
+static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	uint32_t psn = pkt->psn;
+
+	if (psn_cmp(psn, qp->una_psn) < 0) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	if (!ack_before(qp, psn))
+		return;
+	struct uroce_send_wqe *w = oldest_started(qp);
+	if (!w || (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) ||
+	    w->first_psn != psn) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	/* the original value, in host order, into the local 8 bytes */
+	uint64_t orig = atmack_orig(pkt->bth + opinfo(pkt->opcode)->off_atmack);
+	seg_copy_to(w->seg, w->nseg, 0, (const uint8_t *)&orig, 8);
+	w->resp_bytes = 8;
+	qp->una_psn = psn_add(psn, 1);
+	if (qp->rd_atomic_out)
+		qp->rd_atomic_out--;
+	progress_made(qp);
+	qp_complete_send(qp, w, IBV_WC_SUCCESS);
+}
+
+void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	if (qp->type != IBV_QPT_RC)
+		return;
+	/* responses for PSNs never sent are bogus (§6.6: ignore what is not
+	 * outstanding) */
+	if (psn_cmp(pkt->psn, qp->max_psn) >= 0) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return;
+	}
+	if (pkt->mask & OPF_READ) {
+		handle_read_response(qp, pkt);
+		/* a READ response's AETH acknowledges like an ACK; its PSN handling
+		 * is done above */
+	} else if (pkt->mask & OPF_ATOMIC) {
+		handle_atomic_ack(qp, pkt);
+	} else {
+		handle_aeth(qp, pkt);
+	}
+	if (qp->attr.qp_state == IBV_QPS_ERR)
+		return;
+	qp_retire_sends(qp);
+	if (!qp->rnr_wait) {
+		requester_run(qp);
+		if (!qp->timer_deadline)
+			requester_arm_timer(qp);
+	}
+}
+
+void completer_timer(struct uroce_qp *qp, uint64_t now)
+{
+	(void)now;
+	qp->timer_deadline = 0;
+	if (qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD)
+		return;
+	if (qp->rnr_wait) {
+		/* RNR timer expired: resend from the NAKed PSN */
+		qp->rnr_wait = false;
+		requester_rewind(qp, qp->una_psn);
+		requester_run(qp);
+		requester_arm_timer(qp);
+		return;
+	}
+	if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out)
+		return; /* nothing outstanding */
+	dev_count(qp->dev, UC_timeouts, 1);
+	if (qp->retry_left == 0) {
+		fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
+		return;
+	}
+	qp->retry_left--;
+	requester_rewind(qp, qp->una_psn);
+	requester_run(qp);
+	requester_arm_timer(qp);
+}

@@ -1,0 +1,110 @@
+/* ICRC over the RoCEv2 packet (shared/docs/roce-wire.md §4), computed with
+ * ISA-L's PCLMUL CRC-32 (crc32_gzip_refl: zlib's CRC-32, finalised form). */
+#include "icrc.h"
+#include <string.h>
+#include <isa-l/crc.h>
+#include <zlib.h>
+
+/* zlib-form CRC of the 8-byte 0xFF prefix: crc32(0, ff*8) (§4.3). */
+#define ICRC_PREFIX_SEED 0x2144DF1Cu
+
+static const uint8_t v4mapped_prefix[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff };
+
+int gid_is_ipv4(const uint8_t gid[16])
+{
+	return memcmp(gid, v4mapped_prefix, 12) == 0;
+}
+
+uint32_t icrc_begin(const struct icrc_iphdr *h)
+{
+	uint8_t b[48];
+	size_t n;
+
+	if (gid_is_ipv4(h->sgid)) {
+		/* IPv4 with TOS, TTL and checksum masked (§4.2). */
+		uint16_t tot = (uint16_t)(20 + h->udp_len);
+		b[0] = 0x45; b[1] = 0xFF;
+		b[2] = (uint8_t)(tot >> 8); b[3] = (uint8_t)tot;
+		b[4] = (uint8_t)(h->ip_id >> 8); b[5] = (uint8_t)h->ip_id;
+		b[6] = (uint8_t)(h->ip_frag >> 8); b[7] = (uint8_t)h->ip_frag;
+		b[8] = 0xFF; b[9] = 17; b[10] = 0xFF; b[11] = 0xFF;
+		memcpy(b + 12, h->sgid + 12, 4);
+		memcpy(b + 16, h->dgid + 12, 4);
+		n = 20;
+	} else {
+		/* IPv6 with traffic class, flow label and hop limit masked. */
+		b[0] = 0x6F; b[1] = 0xFF; b[2] = 0xFF; b[3] = 0xFF;
+		b[4] = (uint8_t)(h->udp_len >> 8); b[5] = (uint8_t)h->udp_len;
+		b[6] = 17; b[7] = 0xFF;
+		memcpy(b + 8, h->sgid, 16);
+		memcpy(b + 24, h->dgid, 16);
+		n = 40;
+	}
+	uint8_t *u = b + n;
+	u[0] = (uint8_t)(h->sport >> 8); u[1] = (uint8_t)h->sport;
+	u[2] = (uint8_t)(h->dport >> 8); u[3] = (uint8_t)h->dport;
+	u[4] = (uint8_t)(h->udp_len >> 8); u[5] = (uint8_t)h->udp_len;
+	u[6] = 0xFF; u[7] = 0xFF; /* UDP checksum masked */
+	return crc32_gzip_refl(ICRC_PREFIX_SEED, b, n + 8);
+}
+
+uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len)
+{
+	uint8_t m[12];
+
+	memcpy(m, bth, 12);
+	m[4] = 0xFF; /* FECN, BECN and reserved bits are variant (§4.2) */
+	crc = crc32_gzip_refl(crc, m, 12);
+	return crc32_gzip_refl(crc, bth + 12, len - 12);
+}
+
+uint32_t icrc_update(uint32_t crc, const void *p, size_t len)
+{
+	return crc32_gzip_refl(crc, (const unsigned char *)p, len);
+}
+
+/* The CRC is affine over GF(2): flipping bits of the ID flips the result by
+ * L(delta), a linear function of the 16 ID bits that depends only on how many
+ * bytes follow the ID.  Build the 16 columns of L and solve by elimination. */
+int icrc_solve_ipv4_id(uint32_t icrc_id0, uint32_t icrc_rx, size_t covered_len, uint16_t *id)
+{
+	/* The ID sits at bytes 12..13 of the covered stream (8 prefix + 4). */
+	const size_t after = covered_len - 14;
+	const uLong op = crc32_combine_gen((z_off_t)after);
+	const uint8_t zero2[2] = { 0, 0 };
+	const uLong z = crc32(0, zero2, 2);
+	uint32_t col[16], target = icrc_id0 ^ icrc_rx;
+	uint16_t combo[16];
+
+	for (int i = 0; i < 16; i++) {
+		uint16_t v = (uint16_t)(1u << i);
+		uint8_t d[2] = { (uint8_t)(v >> 8), (uint8_t)v };
+		/* linear part of the CRC of the 2-byte delta, shifted past `after` bytes */
+		col[i] = (uint32_t)crc32_combine_op(crc32(0, d, 2) ^ z, 0, op);
+		combo[i] = v;
+	}
+	/* Gaussian elimination: reduce target by the basis. */
+	for (int bit = 31, row = 0; bit >= 0 && row < 16; bit--) {
+		int piv = -1;
+		for (int i = row; i < 16; i++)
+			if (col[i] >> bit & 1) { piv = i; break; }
+		if (piv < 0)
+			continue;
+		uint32_t tc = col[piv]; col[piv] = col[row]; col[row] = tc;
+		uint16_t tm = combo[piv]; combo[piv] = combo[row]; combo[row] = tm;
+		for (int i = 0; i < 16; i++)
+			if (i != row && (col[i] >> bit & 1)) { col[i] ^= col[row]; combo[i] ^= combo[row]; }
+		row++;
+	}
+	uint16_t result = 0;
+	for (int i = 0; i < 16; i++) {
+		if (!col[i])
+			continue;
+		int top = 31 - __builtin_clz(col[i]);
+		if (target >> top & 1) { target ^= col[i]; result ^= combo[i]; }
+	}
+	if (target)
+		return -1;
+	*id = result;
+	return 0;
+}

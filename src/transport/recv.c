@@ -1,0 +1,110 @@
+/* Receive path: validation as a linear pipeline, then demultiplexing to the
+ * responder (requests) or the completer (responses).  Every drop is counted
+ * under its reason; nothing here trusts a length it has not checked. */
+#include "transport.h"
+#include "hdr.h"
+#include "icrc.h"
+#include <string.h>
+
+/* §4: ICRC over the packet as the IP layer carried it.  A UDP socket hides
+ * the IPv4 Identification; see icrc_solve_ipv4_id. */
+static bool icrc_ok(struct uroce_dev *dev, const struct uroce_rxpkt *p, uint16_t *ip_id)
+{
+	struct icrc_iphdr ih = {
+		.sgid = p->sgid, .dgid = p->dgid, .sport = p->sport, .dport = ROCE_UDP_PORT,
+		.udp_len = (uint16_t)(p->len + 8), .ip_id = 0, .ip_frag = 0x4000,
+	};
+	uint32_t crc = icrc_bth(icrc_begin(&ih), p->buf, p->len - ICRC_LEN);
+	uint32_t rx = icrc_load(p->buf + p->len - ICRC_LEN);
+
+	*ip_id = 0;
+	if (crc == rx)
+		return true;
+	if (gid_is_ipv4(p->sgid)) {
+		/* covered: 8 prefix + 20 IP + 8 UDP + (len - 4) */
+		size_t covered = 8 + 20 + 8 + p->len - ICRC_LEN;
+		if (icrc_solve_ipv4_id(crc, rx, covered, ip_id) == 0) {
+			dev_count(dev, UC_icrc_ipid_solved, 1);
+			return true;
+		}
+	}
+	return false;
+}
+
+void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
+{
+	struct uroce_pkt pkt;
+	const struct uroce_opinfo *oi;
+	uint16_t ip_id;
+
+	/* 1. enough bytes for a BTH and an ICRC */
+	if (rx->len < BTH_LEN + ICRC_LEN) {
+		dev_count(dev, UC_drop_truncated, 1);
+		return;
+	}
+	const uint8_t *bth = rx->buf;
+	/* 2. known opcode, TVer 0, our partition (§1.5) */
+	oi = opinfo(bth_opcode(bth));
+	if (!oi->name || bth_tver(bth) != 0 || (bth_pkey(bth) & 0x7FFF) != (ROCE_PKEY_DEFAULT & 0x7FFF)) {
+		dev_count(dev, UC_drop_bad_header, 1);
+		return;
+	}
+	/* 3. headers, pad and ICRC fit */
+	if (rx->len < (uint32_t)oi->hdr_len + ICRC_LEN + bth_pad(bth)) {
+		dev_count(dev, UC_drop_truncated, 1);
+		return;
+	}
+	uint32_t paylen = rx->len - oi->hdr_len - ICRC_LEN - bth_pad(bth);
+	if (paylen && !(oi->mask & OPF_PAYLOAD)) {
+		dev_count(dev, UC_drop_bad_header, 1);
+		return;
+	}
+	/* a pad count that does not round the payload to 4 bytes is malformed */
+	if (bth_pad(bth) != pad_for(paylen)) {
+		dev_count(dev, UC_drop_bad_header, 1);
+		return;
+	}
+	/* 4. ICRC */
+	if (!icrc_ok(dev, rx, &ip_id)) {
+		dev_count(dev, UC_icrc_errors, 1);
+		net_tap_rx(dev->net, rx, 0);
+		return;
+	}
+	net_tap_rx(dev->net, rx, ip_id);
+	if (oi->mask & OPF_CNP)
+		return; /* congestion control is a later milestone: accepted, ignored */
+	/* 5. destination QP */
+	uint32_t qpn = bth_qpn(bth);
+	struct uroce_qp *qp = qpn > 1 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;
+	if (!qp) {
+		dev_count(dev, UC_drop_unknown_qp, 1);
+		return;
+	}
+	pkt.bth = bth;
+	pkt.payload = bth + oi->hdr_len;
+	pkt.paylen = paylen;
+	pkt.mask = oi->mask;
+	pkt.opcode = bth_opcode(bth);
+	pkt.psn = bth_psn(bth);
+	pkt.rx = rx;
+
+	pthread_mutex_lock(&qp->lock);
+	/* 6. transport and peer match the QP (§1.5 items 3-4) */
+	bool type_ok = (qp->type == IBV_QPT_RC && (oi->mask & OPF_RC)) ||
+		       (qp->type == IBV_QPT_UC && (oi->mask & OPF_UC)) ||
+		       (qp->type == IBV_QPT_UD && (oi->mask & OPF_UD));
+	if (!type_ok || qp->attr.qp_state < IBV_QPS_RTR ||
+	    (qp->type != IBV_QPT_UD && (memcmp(rx->sgid, qp->dgid, 16) || memcmp(rx->dgid, qp->sgid, 16)))) {
+		dev_count(dev, type_ok && qp->attr.qp_state >= IBV_QPS_RTR ? UC_drop_wrong_peer :
+			  !type_ok ? UC_drop_wrong_peer : UC_drop_qp_state, 1);
+		pthread_mutex_unlock(&qp->lock);
+		return;
+	}
+	if (oi->mask & OPF_REQ)
+		responder_rx(qp, &pkt);
+	else if (qp->attr.qp_state == IBV_QPS_RTS || qp->attr.qp_state == IBV_QPS_SQD)
+		completer_rx(qp, &pkt);
+	else
+		dev_count(dev, UC_drop_qp_state, 1);
+	pthread_mutex_unlock(&qp->lock);
+}

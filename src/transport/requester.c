@@ -1,0 +1,247 @@
+/* Requester: turns the send queue into request packets.
+ *
+ * PSNs are assigned when a WQE first goes out and never change, so a
+ * go-back-N restart (§6.6) only moves sq_send/next_pkt back and resends the
+ * same packets.  An RDMA READ is asked for in chunks of at most `window`
+ * response packets, each its own READ request at the PSN of its first
+ * response (§6.3), so that responses never overrun the receive path; each
+ * chunk counts against max_rd_atomic. */
+#include "transport.h"
+#include "hdr.h"
+#include "tx.h"
+
+static uint32_t qp_window(const struct uroce_qp *qp)
+{
+	return qp->dev->cfg.window;
+}
+
+static bool wqe_is_read(const struct uroce_send_wqe *w) { return w->opcode == IBV_WR_RDMA_READ; }
+static bool wqe_is_atomic(const struct uroce_send_wqe *w)
+{
+	return w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
+{
+	return qp_window(qp);
+}
+
+static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
+{
+	w->npkts = (wqe_is_atomic(w)) ? 1 : (w->length + qp->pmtu - 1) / qp->pmtu;
+	if (w->npkts == 0)
+		w->npkts = 1;
+	w->first_psn = qp->snd_psn;
+	w->last_psn = psn_add(w->first_psn, w->npkts - 1);
+	w->next_pkt = 0;
+	w->resp_bytes = 0;
+	w->started = true;
+}
+
+/* Opcode of packet `i` of `n` for SEND / WRITE (§7). */
+static uint8_t data_opcode(const struct uroce_qp *qp, const struct uroce_send_wqe *w, uint32_t i, uint32_t n)
+{
+	bool first = i == 0, last = i == n - 1;
+	uint8_t base = qp->type == IBV_QPT_UC ? 0x20 : 0x00;
+	uint8_t op;
+
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+		op = first && last ? OP_RC_SEND_ONLY : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST : OP_RC_SEND_MIDDLE;
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		op = first && last ? OP_RC_SEND_ONLY_IMM : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST_IMM : OP_RC_SEND_MIDDLE;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		op = first && last ? OP_RC_SEND_ONLY_INV : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST_INV : OP_RC_SEND_MIDDLE;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		op = first && last ? OP_RC_WRITE_ONLY : first ? OP_RC_WRITE_FIRST : last ? OP_RC_WRITE_LAST : OP_RC_WRITE_MIDDLE;
+		break;
+	default: /* IBV_WR_RDMA_WRITE_WITH_IMM */
+		op = first && last ? OP_RC_WRITE_ONLY_IMM : first ? OP_RC_WRITE_FIRST : last ? OP_RC_WRITE_LAST_IMM : OP_RC_WRITE_MIDDLE;
+		break;
+	}
+	return (uint8_t)(base | op);
+}
+
+/* Emit the next packet of `w`.  Returns false when the window or the
+ * READ/atomic limit says wait. */
+static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
+{
+	uint32_t psn = psn_add(w->first_psn, w->next_pkt);
+	uint8_t *h = txb_hdr(b);
+	bool rc = qp->type == IBV_QPT_RC;
+
+	if (rc && psn_cmp(psn, qp->una_psn) >= (int32_t)qp_window(qp))
+		return false;
+	if (wqe_is_read(w) || wqe_is_atomic(w)) {
+		uint32_t limit = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
+		if (qp->rd_atomic_out >= limit)
+			return false;
+	}
+	if (psn_cmp(psn, qp->max_psn) < 0)
+		dev_count(qp->dev, UC_retransmits, 1);
+
+	if (wqe_is_read(w)) {
+		uint32_t chunk = read_chunk_pkts(qp);
+		uint32_t end = (w->next_pkt / chunk + 1) * chunk;
+		if (end > w->npkts)
+			end = w->npkts;
+		uint32_t off = w->next_pkt * qp->pmtu;
+		uint32_t len = (end == w->npkts ? w->length : end * qp->pmtu) - off;
+		bth_set(h, OP_RC_READ_REQUEST, 0, 0, qp->attr.dest_qp_num, 1, psn);
+		reth_set(h + BTH_LEN, w->remote_addr + off, w->rkey, len);
+		txb_add(b, BTH_LEN + RETH_LEN, NULL, 0, 0, 0);
+		qp->rd_atomic_out++;
+		w->next_pkt = end;
+	} else if (wqe_is_atomic(w)) {
+		uint8_t op = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? OP_RC_CMP_SWAP : OP_RC_FETCH_ADD;
+		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 1, psn);
+		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->swap, w->compare_add);
+		else
+			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->compare_add, 0);
+		txb_add(b, BTH_LEN + ATMETH_LEN, NULL, 0, 0, 0);
+		qp->rd_atomic_out++;
+		w->next_pkt = 1;
+	} else {
+		uint32_t i = w->next_pkt, n = w->npkts;
+		uint8_t op = data_opcode(qp, w, i, n);
+		const struct uroce_opinfo *oi = opinfo(op);
+		uint32_t off = i * qp->pmtu;
+		uint32_t len = (i == n - 1) ? w->length - off : qp->pmtu;
+		bool last = i == n - 1;
+		/* AckReq: on every last packet (rxe ACKs only what asks, §6.5) and
+		 * every quarter window inside long messages; never on UC (§6.7). */
+		bool ackreq = rc && (last || (i % (qp_window(qp) / 4 + 1)) == (qp_window(qp) / 4));
+		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
+		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
+		if (oi->off_reth)
+			reth_set(h + oi->off_reth, w->remote_addr, w->rkey, w->length);
+		if (oi->off_imm)
+			immdt_set_raw(h + oi->off_imm, w->imm_data);
+		if (oi->off_ieth)
+			ieth_set(h + oi->off_ieth, w->imm_data);
+		txb_add(b, oi->hdr_len, w->seg, w->nseg, off, len);
+		w->next_pkt++;
+	}
+	uint32_t next = psn_add(w->first_psn, w->next_pkt);
+	if (psn_cmp(next, qp->max_psn) > 0)
+		qp->max_psn = next;
+	qp->snd_psn = next;
+	return true;
+}
+
+static uint64_t ack_timeout_ns(const struct uroce_qp *qp)
+{
+	/* 4.096 us * 2^timeout (§6.6); 0 means no timer */
+	return qp->attr.timeout ? 4096ull << qp->attr.timeout : 0;
+}
+
+void requester_arm_timer(struct uroce_qp *qp)
+{
+	if (qp->rnr_wait || qp->type != IBV_QPT_RC)
+		return;
+	uint64_t t = ack_timeout_ns(qp);
+	bool outstanding = psn_cmp(qp->snd_psn, qp->una_psn) > 0 || qp->rd_atomic_out;
+	if (!outstanding || !t)
+		qp->timer_deadline = 0;
+	else
+		qp_arm_timer(qp, now_ns() + t);
+}
+
+void requester_run(struct uroce_qp *qp)
+{
+	struct tx_batch b;
+	bool sent = false;
+
+	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->rnr_wait)
+		return;
+	txb_init(&b, qp);
+	while (qp->sq_send != qp->sq_head) {
+		struct uroce_send_wqe *w = &qp->sq[qp->sq_send % qp->sq_size];
+
+		if (w->state == WQE_DONE) {  /* already completed (e.g. responses raced a rewind) */
+			qp->sq_send++;
+			continue;
+		}
+		if (w->status != IBV_WC_SUCCESS) {
+			/* a local error found at post time: completes in order, then
+			 * the QP enters the error state (rxe behaviour) */
+			if (qp->sq_tail != qp->sq_send)
+				break;
+			txb_flush(&b);
+			qp_complete_send(qp, w, w->status);
+			qp_retire_sends(qp);
+			qp_enter_error(qp);
+			return;
+		}
+		if (!w->started) {
+			if (qp->attr.qp_state == IBV_QPS_SQD)
+				break; /* SQD: finish what started, begin nothing new */
+			/* IBV_SEND_FENCE: wait for earlier READs/atomics to finish */
+			if ((w->send_flags & IBV_SEND_FENCE) && qp->rd_atomic_out)
+				break;
+			if (qp->type == IBV_QPT_RC && psn_cmp(qp->snd_psn, qp->una_psn) >= (int32_t)qp_window(qp))
+				break;
+			wqe_start(qp, w);
+		}
+		while (w->next_pkt < w->npkts) {
+			if (!send_next_packet(qp, w, &b))
+				goto out;
+			sent = true;
+		}
+		w->state = WQE_SENT;
+		qp->sq_send++;
+		if (qp->type == IBV_QPT_UC) {
+			/* UC: complete once sent, no ACKs (§6.7) */
+			qp_complete_send(qp, w, IBV_WC_SUCCESS);
+		}
+	}
+out:
+	txb_flush(&b);
+	if (qp->type == IBV_QPT_UC)
+		qp_retire_sends(qp);
+	if (sent && !qp->timer_deadline)
+		requester_arm_timer(qp);
+}
+
+void requester_rewind(struct uroce_qp *qp, uint32_t psn)
+{
+	/* find the WQE holding `psn` among the started ones */
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (!w->started)
+			break;
+		if (w->state == WQE_DONE)
+			continue;
+		if (psn_cmp(psn, w->last_psn) > 0)
+			continue;
+		uint32_t k = psn_cmp(psn, w->first_psn) > 0 ? (uint32_t)psn_cmp(psn, w->first_psn) : 0;
+		if (wqe_is_read(w)) {
+			/* resume at the first response not yet placed */
+			uint32_t placed = w->resp_bytes / qp->pmtu;
+			if (k < placed)
+				k = placed;
+		}
+		w->next_pkt = k;
+		w->state = WQE_POSTED;
+		qp->sq_send = i;
+		qp->snd_psn = psn_add(w->first_psn, k);
+		for (uint32_t j = i + 1; j != qp->sq_head; j++) {
+			struct uroce_send_wqe *x = &qp->sq[j % qp->sq_size];
+			if (!x->started)
+				break;
+			if (x->state != WQE_DONE) {
+				x->next_pkt = 0;
+				x->state = WQE_POSTED;
+				if (wqe_is_read(x))
+					x->resp_bytes = 0;
+			}
+		}
+		/* READ/atomic requests in flight are asked again */
+		qp->rd_atomic_out = 0;
+		return;
+	}
+}

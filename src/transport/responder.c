@@ -1,0 +1,402 @@
+/* Responder: executes requests against memory and the receive queue and
+ * answers with ACK / NAK / READ responses / atomic ACKs (§5, §6.2-§6.5).
+ * Every check has a named verdict, mapped to a NAK in one place (nak_for). */
+#include <string.h>
+#include "transport.h"
+#include "hdr.h"
+#include "tx.h"
+
+enum resp_verdict {
+	RV_OK,
+	RV_INV_REQ,      /* NAK 0x61: bad opcode sequence, length, op not enabled */
+	RV_ACCESS,       /* NAK 0x62: R_Key, bounds or permission */
+	RV_OP_ERR,       /* NAK 0x63: local failure (bad receive WQE) */
+	RV_RNR,          /* RNR NAK: no receive WQE */
+};
+
+static void send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
+{
+	struct tx_batch b;
+	uint8_t *h;
+
+	txb_init(&b, qp);
+	h = txb_hdr(&b);
+	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
+	aeth_set(h + BTH_LEN, syndrome, qp->msn);
+	txb_add(&b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+	txb_flush(&b);
+}
+
+static void send_ack(struct uroce_qp *qp, uint32_t psn)
+{
+	dev_count(qp->dev, UC_acks_tx, 1);
+	send_aeth(qp, OP_RC_ACK, AETH_ACK_UNLIMITED, psn);
+}
+
+/* NAK codes 1-3 put the responder's QP in the error state too (§5.3). */
+static void nak_for(struct uroce_qp *qp, enum resp_verdict v, uint32_t psn)
+{
+	switch (v) {
+	case RV_RNR:
+		dev_count(qp->dev, UC_rnr_naks_tx, 1);
+		send_aeth(qp, OP_RC_ACK, (uint8_t)(AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1F)), psn);
+		return;
+	case RV_INV_REQ:
+		dev_count(qp->dev, UC_inv_req_naks_tx, 1);
+		send_aeth(qp, OP_RC_ACK, AETH_NAK_INV_REQ, psn);
+		break;
+	case RV_ACCESS:
+		dev_count(qp->dev, UC_access_naks_tx, 1);
+		send_aeth(qp, OP_RC_ACK, AETH_NAK_REM_ACCESS, psn);
+		break;
+	case RV_OP_ERR:
+		dev_count(qp->dev, UC_op_naks_tx, 1);
+		send_aeth(qp, OP_RC_ACK, AETH_NAK_REM_OP, psn);
+		break;
+	case RV_OK:
+		return;
+	}
+	if (qp->type == IBV_QPT_RC) {
+		qp_enter_error(qp);
+		qp_post_async_event(qp, IBV_EVENT_QP_FATAL);
+	}
+}
+
+static void complete_recv(struct uroce_qp *qp, enum ibv_wc_status st, enum ibv_wc_opcode op,
+			  uint32_t byte_len, struct uroce_pkt *pkt, bool solicited)
+{
+	struct ibv_wc wc = {
+		.wr_id = qp->cur_recv.wr_id, .status = st, .opcode = op, .byte_len = byte_len,
+		.qp_num = qp->qpn, .src_qp = qp->attr.dest_qp_num,
+	};
+	if (pkt && (pkt->mask & OPF_IMMDT)) {
+		wc.imm_data = immdt_raw(pkt->bth + opinfo(pkt->opcode)->off_imm);
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+	} else if (pkt && (pkt->mask & OPF_IETH)) {
+		wc.invalidated_rkey = ieth_rkey(pkt->bth + opinfo(pkt->opcode)->off_ieth);
+		wc.wc_flags |= IBV_WC_WITH_INV;
+	}
+	qp->cur_recv_valid = false;
+	cq_push(qp->recv_cq, &wc, solicited);
+}
+
+/* Length rules per packet position (§7): FIRST/MIDDLE exactly PMTU, LAST
+ * 1..PMTU, ONLY 0..PMTU. */
+static bool length_ok(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	uint32_t m = pkt->mask & (OPF_FIRST | OPF_MIDDLE | OPF_LAST);
+	if (m == OPF_FIRST || m == OPF_MIDDLE)
+		return pkt->paylen == qp->pmtu;
+	if (m == OPF_LAST)
+		return pkt->paylen >= 1 && pkt->paylen <= qp->pmtu;
+	return pkt->paylen <= qp->pmtu;
+}
+
+static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	if (pkt->mask & OPF_FIRST) {
+		if (qp_rq_pop(qp, &qp->cur_recv) < 0)
+			return RV_RNR;
+		qp->cur_recv_valid = true;
+		qp->recv_off = 0;
+		if (qp->cur_recv.status != IBV_WC_SUCCESS) {
+			complete_recv(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, NULL, false);
+			return RV_OP_ERR;
+		}
+	}
+	if (!qp->cur_recv_valid)
+		return RV_INV_REQ;
+	if ((uint64_t)qp->recv_off + pkt->paylen > qp->cur_recv.length) {
+		/* receive buffer too small: LOC_LEN_ERR here, and the requester
+		 * gets an invalid request NAK (rxe) */
+		complete_recv(qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, NULL, false);
+		return RV_INV_REQ;
+	}
+	seg_copy_to(qp->cur_recv.seg, qp->cur_recv.nseg, qp->recv_off, pkt->payload, pkt->paylen);
+	qp->recv_off += pkt->paylen;
+	qp->in_send = !(pkt->mask & OPF_LAST);
+	if (pkt->mask & OPF_LAST) {
+		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->recv_off, pkt, bth_se(pkt->bth));
+		qp->msn = (qp->msn + 1) & 0xFFFFFF;
+	}
+	return RV_OK;
+}
+
+static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	struct uroce_mr *mr;
+
+	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+		return RV_INV_REQ;
+	if (pkt->mask & OPF_FIRST) {
+		const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
+		qp->write_va = reth_va(reth);
+		qp->write_rkey = reth_rkey(reth);
+		qp->write_left = reth_len(reth);
+		/* zero-length writes touch no memory: no key check (IBA 9.4.3) */
+		if (qp->write_left &&
+		    mr_check_remote(qp->dev, qp->pd, qp->write_rkey, qp->write_va, qp->write_left,
+				    IBV_ACCESS_REMOTE_WRITE, &mr) != MEM_OK)
+			return RV_ACCESS;
+		qp->in_write = true;
+		qp->recv_off = 0;
+	}
+	if (!qp->in_write)
+		return RV_INV_REQ;
+	if (pkt->paylen > qp->write_left || ((pkt->mask & OPF_LAST) && pkt->paylen != qp->write_left))
+		return RV_INV_REQ; /* more or fewer bytes than the RETH said (§7) */
+	/* a WRITE with immediate needs a receive WQE: check before placing */
+	if ((pkt->mask & OPF_LAST) && (pkt->mask & OPF_IMMDT) && !qp->cur_recv_valid) {
+		if (qp_rq_pop(qp, &qp->cur_recv) < 0)
+			return RV_RNR;
+		qp->cur_recv_valid = true;
+	}
+	if (pkt->paylen) {
+		/* re-resolve per packet: no MR pointer is kept across packets */
+		if (mr_check_remote(qp->dev, qp->pd, qp->write_rkey, qp->write_va, pkt->paylen,
+				    IBV_ACCESS_REMOTE_WRITE, &mr) != MEM_OK)
+			return RV_ACCESS;
+		memcpy(mr_host(mr, qp->write_va), pkt->payload, pkt->paylen);
+	}
+	qp->write_va += pkt->paylen;
+	qp->write_left -= pkt->paylen;
+	qp->recv_off += pkt->paylen;
+	if (pkt->mask & OPF_LAST) {
+		qp->in_write = false;
+		qp->msn = (qp->msn + 1) & 0xFFFFFF;
+		if (pkt->mask & OPF_IMMDT)
+			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->recv_off, pkt, bth_se(pkt->bth));
+	}
+	return RV_OK;
+}
+
+static struct uroce_rd_res *res_alloc(struct uroce_qp *qp)
+{
+	struct uroce_rd_res *r = &qp->res[qp->res_next];
+	qp->res_next = (qp->res_next + 1) % qp->res_size;
+	memset(r, 0, sizeof(*r));
+	r->valid = true;
+	return r;
+}
+
+/* Send READ response packets [from_psn .. last] of resource r. */
+static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *r, uint32_t from_psn)
+{
+	struct tx_batch b;
+	struct uroce_mr *mr = NULL;
+	uint32_t n = r->last_psn == r->first_psn ? 1 : (uint32_t)psn_cmp(r->last_psn, r->first_psn) + 1;
+	uint32_t i0 = (uint32_t)psn_cmp(from_psn, r->first_psn);
+
+	if (r->length && mr_check_remote(qp->dev, qp->pd, r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
+		return; /* the region went away since: let the requester time out */
+	struct uroce_seg seg = { mr ? mr_host(mr, r->va) : NULL, r->length };
+	txb_init(&b, qp);
+	for (uint32_t i = i0; i < n; i++) {
+		uint8_t *h = txb_hdr(&b);
+		uint8_t op;
+		/* a replay starting mid-message continues with MIDDLE/LAST (§6.4) */
+		if (n == 1)
+			op = OP_RC_READ_RESP_ONLY;
+		else if (i == 0)
+			op = OP_RC_READ_RESP_FIRST;
+		else if (i == n - 1)
+			op = OP_RC_READ_RESP_LAST;
+		else
+			op = OP_RC_READ_RESP_MIDDLE;
+		uint32_t off = i * qp->pmtu;
+		uint32_t len = (i == n - 1) ? r->length - off : qp->pmtu;
+		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn_add(r->first_psn, i));
+		uint32_t hl = BTH_LEN;
+		if (opinfo(op)->mask & OPF_AETH) {
+			aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->msn);
+			hl += AETH_LEN;
+		}
+		txb_add(&b, hl, &seg, 1, off, len);
+	}
+	txb_flush(&b);
+}
+
+static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uint32_t *npsn)
+{
+	const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
+	uint64_t va = reth_va(reth);
+	uint32_t rkey = reth_rkey(reth), len = reth_len(reth);
+	struct uroce_mr *mr;
+
+	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) || qp->attr.max_dest_rd_atomic == 0)
+		return RV_INV_REQ;
+	if (len > UROCE_MAX_MSG)
+		return RV_INV_REQ;
+	if (len && mr_check_remote(qp->dev, qp->pd, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
+		return RV_ACCESS;
+	uint32_t n = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
+	struct uroce_rd_res *r = res_alloc(qp);
+	r->first_psn = pkt->psn;
+	r->last_psn = psn_add(pkt->psn, n - 1);
+	r->va = va;
+	r->rkey = rkey;
+	r->length = len;
+	qp->msn = (qp->msn + 1) & 0xFFFFFF; /* +1 when a READ is accepted (§5.4) */
+	send_read_responses(qp, r, r->first_psn);
+	*npsn = n;
+	return RV_OK;
+}
+
+static void send_atomic_ack(struct uroce_qp *qp, uint32_t psn, uint64_t orig)
+{
+	struct tx_batch b;
+	uint8_t *h;
+
+	txb_init(&b, qp);
+	h = txb_hdr(&b);
+	bth_set(h, OP_RC_ATOMIC_ACK, 0, 0, qp->attr.dest_qp_num, 0, psn);
+	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->msn);
+	atmack_set(h + BTH_LEN + AETH_LEN, orig);
+	txb_add(&b, BTH_LEN + AETH_LEN + ATMACK_LEN, NULL, 0, 0, 0);
+	txb_flush(&b);
+}
+
+static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	const uint8_t *ae = pkt->bth + opinfo(pkt->opcode)->off_atmeth;
+	uint64_t va = atmeth_va(ae);
+	struct uroce_mr *mr;
+
+	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || qp->attr.max_dest_rd_atomic == 0)
+		return RV_INV_REQ;
+	if (va & 7)
+		return RV_INV_REQ; /* misaligned atomic (§5.3) */
+	if (mr_check_remote(qp->dev, qp->pd, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr) != MEM_OK)
+		return RV_ACCESS;
+	uint64_t *target = (uint64_t *)(void *)mr_host(mr, va);
+	uint64_t orig;
+	if (!((uintptr_t)target & 7)) {
+		/* atomic with respect to other atomics and the CPU's own */
+		if (pkt->opcode == OP_RC_CMP_SWAP) {
+			orig = atmeth_compare(ae);
+			__atomic_compare_exchange_n(target, &orig, atmeth_swap_add(ae), false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		} else {
+			orig = __atomic_fetch_add(target, atmeth_swap_add(ae), __ATOMIC_SEQ_CST);
+		}
+	} else {
+		return RV_INV_REQ; /* host address not 8-aligned (zero-based MR) */
+	}
+	struct uroce_rd_res *r = res_alloc(qp);
+	r->atomic = true;
+	r->first_psn = r->last_psn = pkt->psn;
+	r->orig = orig;
+	qp->msn = (qp->msn + 1) & 0xFFFFFF;
+	send_atomic_ack(qp, pkt->psn, orig);
+	return RV_OK;
+}
+
+/* §6.4: duplicates are answered, never executed twice (READs excepted,
+ * which are re-read from memory). */
+static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	dev_count(qp->dev, UC_duplicates, 1);
+	if (pkt->mask & (OPF_SEND | OPF_WRITE)) {
+		send_ack(qp, psn_add(qp->epsn, PSN_MASK)); /* ePSN - 1 */
+		return;
+	}
+	for (uint32_t i = 0; i < qp->res_size; i++) {
+		struct uroce_rd_res *r = &qp->res[i];
+		if (!r->valid || psn_cmp(pkt->psn, r->first_psn) < 0 || psn_cmp(pkt->psn, r->last_psn) > 0)
+			continue;
+		if (pkt->mask & OPF_ATOMIC) {
+			if (r->atomic && r->first_psn == pkt->psn)
+				send_atomic_ack(qp, r->first_psn, r->orig);
+			return;
+		}
+		if (r->atomic)
+			return;
+		/* the retried READ must lie within the original (§6.4) */
+		const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
+		uint32_t k = (uint32_t)psn_cmp(pkt->psn, r->first_psn);
+		uint64_t off = (uint64_t)k * qp->pmtu;
+		if (reth_rkey(reth) != r->rkey || reth_va(reth) != r->va + off || off + reth_len(reth) > r->length)
+			return;
+		send_read_responses(qp, r, pkt->psn);
+		return;
+	}
+}
+
+void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	enum ibv_qp_state st = qp->attr.qp_state;
+	int32_t d;
+	enum resp_verdict v;
+	uint32_t consumed = 1;
+
+	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
+		dev_count(qp->dev, UC_drop_qp_state, 1);
+		return;
+	}
+	d = psn_cmp(pkt->psn, qp->epsn);
+	if (qp->type == IBV_QPT_UC) {
+		/* UC (§6.7): on a gap drop the message, resync on FIRST/ONLY */
+		if (d != 0) {
+			if (!(pkt->mask & OPF_FIRST)) {
+				qp->in_send = qp->in_write = false;
+				dev_count(qp->dev, UC_drop_psn_window, 1);
+				qp->epsn = psn_add(pkt->psn, 1);
+				return;
+			}
+			qp->in_send = qp->in_write = false;
+		}
+	} else if (d > 0) {
+		dev_count(qp->dev, UC_out_of_sequence, 1);
+		if (!qp->nak_sent) {
+			qp->nak_sent = true;
+			dev_count(qp->dev, UC_seq_naks_tx, 1);
+			send_aeth(qp, OP_RC_ACK, AETH_NAK_PSN_SEQ, qp->epsn);
+		} else {
+			dev_count(qp->dev, UC_drop_psn_window, 1);
+		}
+		return;
+	} else if (d < 0) {
+		handle_duplicate(qp, pkt);
+		return;
+	}
+	qp->nak_sent = false;
+
+	/* opcode sequence: a message in progress continues, otherwise a new
+	 * one starts (IBA 9.8.3.1; rxe check_op_seq) */
+	bool starts = pkt->mask & OPF_FIRST;
+	if ((qp->in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
+	    (qp->in_write && (!(pkt->mask & OPF_WRITE) || starts)) ||
+	    (!qp->in_send && !qp->in_write && !starts))
+		v = RV_INV_REQ;
+	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC)) && !length_ok(qp, pkt))
+		v = RV_INV_REQ;
+	else if (pkt->mask & OPF_SEND)
+		v = do_send(qp, pkt);
+	else if (pkt->mask & OPF_WRITE)
+		v = do_write(qp, pkt);
+	else if (pkt->mask & OPF_READ)
+		v = qp->type == IBV_QPT_RC ? do_read(qp, pkt, &consumed) : RV_INV_REQ;
+	else if (pkt->mask & OPF_ATOMIC)
+		v = qp->type == IBV_QPT_RC ? do_atomic(qp, pkt) : RV_INV_REQ;
+	else
+		v = RV_INV_REQ;
+
+	if (v != RV_OK) {
+		if (qp->type == IBV_QPT_UC) {
+			/* UC has no NAKs: drop the rest of the message (§6.7) */
+			qp->in_send = qp->in_write = false;
+			if (v == RV_RNR)
+				dev_count(qp->dev, UC_drop_no_recv, 1);
+			qp->epsn = psn_add(pkt->psn, 1);
+			return;
+		}
+		nak_for(qp, v, pkt->psn);
+		return;
+	}
+	qp->epsn = psn_add(pkt->psn, consumed);
+	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
+		qp->last_ack_psn = pkt->psn;
+		if (bth_ackreq(pkt->bth))
+			send_ack(qp, pkt->psn);
+	}
+}

@@ -1,0 +1,38 @@
+/* Building packets for one QP and sending them in batches (sendmmsg).
+ * Headers are written into the batch; payload iovecs point straight into
+ * registered memory (no copy); pad and ICRC go in a small trailer. */
+#ifndef UROCE_TX_H
+#define UROCE_TX_H
+
+#include "transport.h"
+
+#define TX_HDR_MAX 64
+
+struct tx_batch {
+	struct uroce_qp *qp;
+	int n;
+	struct uroce_txmsg msg[UROCE_TX_BATCH];
+	uint8_t hdr[UROCE_TX_BATCH][TX_HDR_MAX];
+	uint8_t trailer[UROCE_TX_BATCH][8];
+};
+
+static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
+{
+	b->qp = qp;
+	b->n = 0;
+}
+
+/* The header buffer for the next packet. */
+static inline uint8_t *txb_hdr(struct tx_batch *b)
+{
+	return b->hdr[b->n];
+}
+
+/* Finish the packet whose BTH + extension headers (hdrlen bytes) are in
+ * txb_hdr(b), with `len` payload bytes at offset `off` of `seg`. Pads, adds
+ * the ICRC and queues it; sends the batch when full. */
+void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
+	     uint32_t off, uint32_t len);
+void txb_flush(struct tx_batch *b);
+
+#endif

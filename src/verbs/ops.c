@@ -1,0 +1,95 @@
+/* The one ops table: context->ops (called by the header's inline wrappers,
+ * several without a NULL check, so every slot there is a real function) and
+ * the verbs_context extended ops.  What uroce does not offer yet answers
+ * EOPNOTSUPP here, in one place. */
+#include <errno.h>
+#include <string.h>
+#include "ops.h"
+
+static struct ibv_mw *unsup_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	(void)pd; (void)type;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static int unsup_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	(void)qp; (void)mw; (void)bind;
+	return EOPNOTSUPP;
+}
+
+static int unsup_dealloc_mw(struct ibv_mw *mw)
+{
+	(void)mw;
+	return EOPNOTSUPP;
+}
+
+static struct ibv_xrcd *unsup_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr)
+{
+	(void)ctx; (void)attr;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static int unsup_close_xrcd(struct ibv_xrcd *xrcd)
+{
+	(void)xrcd;
+	return EOPNOTSUPP;
+}
+
+static int unsup_get_srq_num(struct ibv_srq *srq, uint32_t *num)
+{
+	(void)srq; (void)num;
+	return EOPNOTSUPP;
+}
+
+static struct ibv_qp *unsup_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr)
+{
+	(void)ctx; (void)attr;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static struct ibv_srq *create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
+{
+	if ((a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD)) ||
+	    ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)) {
+		errno = EOPNOTSUPP; /* XRC and tag-matching SRQs */
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_srq_init_attr b = { .srq_context = a->srq_context, .attr = a->attr };
+	struct ibv_srq *s = uroce_create_srq(a->pd, &b);
+	if (s)
+		a->attr = b.attr;
+	return s;
+}
+
+void uroce_fill_ops(struct verbs_context *v)
+{
+	struct ibv_context_ops *o = &v->context.ops;
+
+	memset(o, 0, sizeof(*o));
+	o->post_send = uroce_post_send;
+	o->post_recv = uroce_post_recv;
+	o->post_srq_recv = uroce_post_srq_recv;
+	o->poll_cq = uroce_poll_cq;
+	o->req_notify_cq = uroce_req_notify_cq;
+	o->alloc_mw = unsup_alloc_mw;
+	o->bind_mw = unsup_bind_mw;
+	o->dealloc_mw = unsup_dealloc_mw;
+
+	v->query_port = uroce_query_port;
+	v->query_device_ex = uroce_query_device_ex;
+	v->create_cq_ex = uroce_create_cq_ex;
+	v->create_qp_ex = uroce_create_qp_ex;
+	v->create_srq_ex = create_srq_ex;
+	v->open_xrcd = unsup_open_xrcd;
+	v->close_xrcd = unsup_close_xrcd;
+	v->get_srq_num = unsup_get_srq_num;
+	v->open_qp = unsup_open_qp;
+}

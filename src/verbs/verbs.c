@@ -1,0 +1,531 @@
+/* The verbs surface: every libibverbs entry point an application reaches
+ * (exported functions, context->ops, the verbs_context extended ops), as a
+ * thin layer over core/.  See shared/docs/verbs-abi.md for why each exists.
+ *
+ * Error convention (rdma-core): int-returning verbs return a positive errno;
+ * pointer-returning ones return NULL and set errno. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include "../core/device.h"
+#include "../core/qp_state.h"
+#include "../transport/icrc.h"
+#include "../transport/transport.h"
+#include "ops.h"
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------ device */
+
+static struct ibv_device uroce_ibv_device = {
+	.node_type = IBV_NODE_CA,
+	.transport_type = IBV_TRANSPORT_IB,
+	.name = "uroce0",
+	.dev_name = "uverbs_uroce0",
+	.dev_path = "/dev/null/uroce0",     /* never opened: no kernel device */
+	.ibdev_path = "/dev/null/uroce0",   /* only a prefix for sysfs reads (verbs-abi.md) */
+};
+
+EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+	struct ibv_device **l = calloc(2, sizeof(*l));
+
+	if (!l) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	l[0] = &uroce_ibv_device;
+	if (num)
+		*num = 1;
+	return l;
+}
+
+EXPORT void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+EXPORT const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device->name;
+}
+
+/* A stable node GUID: EUI-64 style from the vendor id and the host. */
+static __be64 node_guid(void)
+{
+	uint64_t g = 0x02000000fffe0000ull | (uint64_t)(UROCE_VENDOR_ID & 0xFFFF) << 40 | (gethostid() & 0xFFFF);
+	return htobe64(g);
+}
+
+EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	(void)device;
+	return node_guid();
+}
+
+EXPORT int ibv_get_device_index(struct ibv_device *device)
+{
+	(void)device;
+	return 0;
+}
+
+EXPORT int ibv_fork_init(void)
+{
+	return 0; /* nothing is pinned: fork is always safe */
+}
+
+EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+
+EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct uroce_context *uctx;
+
+	if (device != &uroce_ibv_device) {
+		errno = ENODEV;
+		return NULL;
+	}
+	uctx = calloc(1, sizeof(*uctx));
+	if (!uctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uctx->dev = uroce_dev_get();
+	if (!uctx->dev) {
+		int e = errno;
+		free(uctx);
+		errno = e;
+		return NULL;
+	}
+	struct ibv_context *ctx = &uctx->vctx.context;
+	ctx->device = device;
+	ctx->cmd_fd = eventfd(0, EFD_CLOEXEC);
+	ctx->async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	pthread_mutex_init(&uctx->async_lock, NULL);
+	uroce_fill_ops(&uctx->vctx);
+	/* verbs-abi.md: mark the context extended, sz spans the ops we fill */
+	ctx->abi_compat = (void *)UINTPTR_MAX;
+	uctx->vctx.sz = sizeof(struct verbs_context);
+	return ctx;
+}
+
+EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	(void)cmd_fd;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+EXPORT int ibv_close_device(struct ibv_context *ctx)
+{
+	struct uroce_context *uctx = to_uctx(ctx);
+
+	close(ctx->cmd_fd);
+	close(ctx->async_fd);
+	pthread_mutex_destroy(&ctx->mutex);
+	pthread_mutex_destroy(&uctx->async_lock);
+	free(uctx->async_q);
+	uroce_dev_put(uctx->dev);
+	free(uctx);
+	return 0;
+}
+
+static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
+{
+	(void)dev;
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "uroce %s", "0.1");
+	a->node_guid = node_guid();
+	a->sys_image_guid = node_guid();
+	a->max_mr_size = 1ull << 40;
+	a->page_size_cap = 0xFFFFF000;
+	a->vendor_id = UROCE_VENDOR_ID;
+	a->vendor_part_id = UROCE_VENDOR_PART_ID;
+	a->hw_ver = 1;
+	a->max_qp = UROCE_MAX_QP - 3;
+	a->max_qp_wr = UROCE_MAX_QP_WR;
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
+			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE * 0 |
+			      IBV_DEVICE_N_NOTIFY_CQ;
+	a->max_sge = UROCE_MAX_SGE;
+	a->max_sge_rd = UROCE_MAX_SGE;
+	a->max_cq = UROCE_MAX_CQ;
+	a->max_cqe = UROCE_MAX_CQE;
+	a->max_mr = UROCE_MAX_MR - 1;
+	a->max_pd = UROCE_MAX_PD;
+	a->max_qp_rd_atom = UROCE_MAX_RD_ATOMIC;
+	a->max_res_rd_atom = UROCE_MAX_RD_ATOMIC * (UROCE_MAX_QP - 3);
+	a->max_qp_init_rd_atom = UROCE_MAX_RD_ATOMIC;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_srq = UROCE_MAX_SRQ;
+	a->max_srq_wr = UROCE_MAX_SRQ_WR;
+	a->max_srq_sge = UROCE_MAX_SGE;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 15;
+	a->phys_port_cnt = 1;
+	a->max_ah = UROCE_MAX_AH;
+}
+
+EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	fill_device_attr(to_uctx(ctx)->dev, attr);
+	return 0;
+}
+
+int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
+			  struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ibv_device_attr_ex a;
+
+	if (input && input->comp_mask)
+		return EINVAL;
+	if (attr_size < sizeof(attr->orig_attr))
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	fill_device_attr(to_uctx(ctx)->dev, &a.orig_attr);
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.phys_port_cnt_ex = 1;
+	a.max_wq_type_rq = 0;
+	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
+	return 0;
+}
+
+int uroce_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	struct ibv_port_attr a;
+
+	if (port != 1)
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	a.state = IBV_PORT_ACTIVE;
+	a.max_mtu = IBV_MTU_4096;
+	a.active_mtu = dev->cfg.active_mtu;
+	a.gid_tbl_len = dev->cfg.ngids;
+	a.port_cap_flags = 0;
+	a.max_msg_sz = UROCE_MAX_MSG;
+	a.pkey_tbl_len = 1;
+	a.max_vl_num = 1;
+	a.active_width = 1;   /* 1X */
+	a.active_speed = 32;  /* EDR (25 Gb/s per lane): a nominal figure */
+	a.phys_state = 5;     /* LinkUp */
+	a.link_layer = IBV_LINK_LAYER_ETHERNET;
+	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+	return 0;
+}
+
+EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
+{
+	return uroce_query_port(ctx, port, (struct ibv_port_attr *)attr, sizeof(struct ibv_port_attr));
+}
+
+EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+
+	if (port != 1 || index < 0 || index >= dev->cfg.ngids) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(gid->raw, dev->cfg.gids[index], 16);
+	return 0;
+}
+
+EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+			     struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	struct ibv_gid_entry e;
+
+	if (flags || port != 1 || entry_size < sizeof(e.gid))
+		return EINVAL;
+	if (index >= (uint32_t)dev->cfg.ngids)
+		return ENODATA;
+	memset(&e, 0, sizeof(e));
+	memcpy(e.gid.raw, dev->cfg.gids[index], 16);
+	e.gid_index = index;
+	e.port_num = 1;
+	e.gid_type = IBV_GID_TYPE_ROCE_V2;
+	e.ndev_ifindex = 0;
+	memcpy(entry, &e, entry_size < sizeof(e) ? entry_size : sizeof(e));
+	return 0;
+}
+
+EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries,
+				    size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	size_t n = 0;
+
+	if (flags || entry_size < sizeof(struct ibv_gid_entry))
+		return -EINVAL;
+	for (int i = 0; i < dev->cfg.ngids; i++) {
+		if (n == max_entries)
+			return -EINVAL;
+		_ibv_query_gid_ex(ctx, 1, (uint32_t)i, (struct ibv_gid_entry *)((char *)entries + n * entry_size),
+				  0, entry_size);
+		n++;
+	}
+	return (ssize_t)n;
+}
+
+/* IBVERBS_PRIVATE_34: its enum differs from ibv_gid_entry's (1 = RoCE v2). */
+EXPORT int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, int *type)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+
+	if (port != 1 || index >= (unsigned)dev->cfg.ngids) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = 1; /* IBV_GID_TYPE_SYSFS_ROCE_V2 */
+	return 0;
+}
+
+EXPORT int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, __be16 *pkey)
+{
+	(void)ctx;
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	*pkey = htobe16(0xFFFF);
+	return 0;
+}
+
+EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 pkey)
+{
+	(void)ctx;
+	if (port != 1 || be16toh(pkey) != 0xFFFF) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ async events */
+
+EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	struct uroce_context *uctx = to_uctx(ctx);
+	uint64_t v;
+
+	if (read(ctx->async_fd, &v, sizeof(v)) != sizeof(v))
+		return -1;
+	pthread_mutex_lock(&uctx->async_lock);
+	if (!uctx->async_n) {
+		pthread_mutex_unlock(&uctx->async_lock);
+		errno = EAGAIN;
+		return -1;
+	}
+	*event = uctx->async_q[0];
+	memmove(uctx->async_q, uctx->async_q + 1, (uctx->async_n - 1) * sizeof(*event));
+	uctx->async_n--;
+	pthread_mutex_unlock(&uctx->async_lock);
+	return 0;
+}
+
+EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	switch (event->event_type) {
+	case IBV_EVENT_CQ_ERR: {
+		struct ibv_cq *cq = event->element.cq;
+		pthread_mutex_lock(&cq->mutex);
+		cq->async_events_completed++;
+		pthread_cond_signal(&cq->cond);
+		pthread_mutex_unlock(&cq->mutex);
+		break;
+	}
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED: {
+		struct ibv_qp *qp = event->element.qp;
+		pthread_mutex_lock(&qp->mutex);
+		qp->events_completed++;
+		pthread_cond_signal(&qp->cond);
+		pthread_mutex_unlock(&qp->mutex);
+		break;
+	}
+	case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED: {
+		struct ibv_srq *srq = event->element.srq;
+		pthread_mutex_lock(&srq->mutex);
+		srq->events_completed++;
+		pthread_cond_signal(&srq->cond);
+		pthread_mutex_unlock(&srq->mutex);
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* ------------------------------------------------------------ PD / MR */
+
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx) { return uroce_alloc_pd(ctx); }
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) { return uroce_dealloc_pd(pd); }
+
+EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return uroce_reg_mr_iova(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return uroce_reg_mr_iova(pd, addr, length, iova, (unsigned)access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return uroce_reg_mr_iova(pd, addr, length, iova, access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access)
+{
+	(void)pd; (void)offset; (void)length; (void)iova; (void)fd; (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return uroce_rereg_mr(mr, flags, pd, addr, length, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr) { return uroce_dereg_mr(mr); }
+
+EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t h) { (void)ctx; (void)h; errno = EOPNOTSUPP; return NULL; }
+EXPORT void ibv_unimport_pd(struct ibv_pd *pd) { (void)pd; }
+EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t h) { (void)pd; (void)h; errno = EOPNOTSUPP; return NULL; }
+EXPORT void ibv_unimport_mr(struct ibv_mr *mr) { (void)mr; }
+EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t h) { (void)ctx; (void)h; errno = EOPNOTSUPP; return NULL; }
+EXPORT void ibv_unimport_dm(struct ibv_dm *dm) { (void)dm; }
+
+/* ------------------------------------------------------------ CQ */
+
+EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx) { return uroce_create_comp_channel(ctx); }
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return uroce_destroy_comp_channel(ch); }
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	return uroce_create_cq(ctx, cqe, cq_context, channel, comp_vector);
+}
+EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe) { return uroce_resize_cq(cq, cqe); }
+EXPORT int ibv_destroy_cq(struct ibv_cq *cq) { return uroce_destroy_cq(cq); }
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+	return uroce_get_cq_event(ch, cq, cq_context);
+}
+EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents) { uroce_ack_cq_events(cq, nevents); }
+
+/* ------------------------------------------------------------ QP */
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) { return uroce_create_qp(pd, attr); }
+EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) { return uroce_modify_qp(qp, attr, mask); }
+EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	return uroce_query_qp(qp, attr, mask, init);
+}
+EXPORT int ibv_destroy_qp(struct ibv_qp *qp) { return uroce_destroy_qp(qp); }
+
+/* Only QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS have the ibv_wr_*
+ * API (rdma-core returns NULL otherwise); uroce does not offer it yet. */
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	(void)qp;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp; (void)op; (void)flags;
+	return 0; /* data is placed in packet order, but promise nothing more */
+}
+
+EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece) { (void)qp; (void)ece; return EOPNOTSUPP; }
+EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece) { (void)qp; (void)ece; return EOPNOTSUPP; }
+
+/* ------------------------------------------------------------ SRQ */
+
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr) { return uroce_create_srq(pd, attr); }
+EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask) { return uroce_modify_srq(srq, attr, mask); }
+EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr) { return uroce_query_srq(srq, attr); }
+EXPORT int ibv_destroy_srq(struct ibv_srq *srq) { return uroce_destroy_srq(srq); }
+
+/* ------------------------------------------------------------ AH, multicast */
+
+EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct uroce_dev *dev = to_uctx(pd->context)->dev;
+	struct uroce_ah *ah;
+
+	/* RoCE routes by GRH only: a non-global AH is refused (verbs-abi.md) */
+	if (!attr->is_global || attr->grh.sgid_index >= dev->cfg.ngids || (attr->port_num && attr->port_num != 1)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ah->ibv.context = pd->context;
+	ah->ibv.pd = pd;
+	ah->attr = *attr;
+	atomic_fetch_add(&to_upd(pd)->refcnt, 1);
+	return &ah->ibv;
+}
+
+EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
+{
+	atomic_fetch_sub(&to_upd(ibah->pd)->refcnt, 1);
+	free(to_uah(ibah));
+	return 0;
+}
+
+EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
+			       struct ibv_ah_attr *ah_attr)
+{
+	(void)ctx; (void)port; (void)wc; (void)grh; (void)ah_attr;
+	errno = EOPNOTSUPP;
+	return -1;
+}
+
+EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)
+{
+	(void)pd; (void)wc; (void)grh; (void)port;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp; (void)gid; (void)lid;
+	return EOPNOTSUPP;
+}
+
+EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp; (void)gid; (void)lid;
+	return EOPNOTSUPP;
+}
+
+EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr, uint8_t eth_mac[6], uint16_t *vid)
+{
+	(void)ctx; (void)attr; (void)eth_mac; (void)vid;
+	return EOPNOTSUPP;
+}
