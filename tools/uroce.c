@@ -99,10 +99,10 @@ static int set_preload(void)
 	if (check_real_libibverbs())
 		return -1;
 	const char *old = getenv("LD_PRELOAD");
-	if (old && *old && !strstr(old, lib))
-		snprintf(buf, sizeof(buf), "%s:%s", lib, old);
-	else
-		snprintf(buf, sizeof(buf), "%s", lib);
+	/* a sanitizer build of liburoce needs the sanitizer runtime first */
+	const char *first = getenv("UROCE_SANITIZER_RUNTIME");
+	snprintf(buf, sizeof(buf), "%s%s%s%s%s", first && *first ? first : "", first && *first ? ":" : "",
+		 lib, old && *old && !strstr(old, lib) ? ":" : "", old && *old && !strstr(old, lib) ? old : "");
 	setenv("LD_PRELOAD", buf, 1);
 	return 0;
 }

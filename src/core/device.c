@@ -182,10 +182,27 @@ static void shm_finish(struct uroce_dev *dev)
 	__atomic_store_n(&dev->shm->magic, UROCE_SHM_MAGIC, __ATOMIC_RELEASE);
 }
 
+/* UROCE_STATS=1: print the counters when the device closes (the demo uses
+ * it; a running process is read with `uroce stat`). */
+static void print_stats_at_exit(struct uroce_dev *dev)
+{
+	const char *e = getenv("UROCE_STATS");
+	char a[64];
+
+	if (!e || !*e || *e == '0' || !dev->shm)
+		return;
+	fprintf(stderr, "uroce: pid %d gid %s counters:\n", (int)getpid(), dev->cfg.ngids ? gid_str(dev->cfg.gids[0], a, sizeof(a)) : "-");
+	for (int i = 0; i < UC__COUNT; i++)
+		if (dev->shm->counters[i])
+			fprintf(stderr, "uroce:   %-20s %12llu  %s\n", uroce_counter_names[i],
+				(unsigned long long)dev->shm->counters[i], uroce_counter_help[i]);
+}
+
 static void dev_free(struct uroce_dev *dev)
 {
 	if (dev->engine_running)
 		engine_stop(dev);
+	print_stats_at_exit(dev);
 	net_destroy(dev->net);
 	if (dev->shm) {
 		if (dev->shm_path[0])

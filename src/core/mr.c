@@ -86,6 +86,9 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	/* optional access bits are hints a device may ignore (verbs.h) */
 	access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
 	rc = check_access(access);
+	/* ib_uverbs_reg_mr: the iova keeps the address's offset in its page */
+	if (!rc && !(access & IBV_ACCESS_ZERO_BASED) && ((iova ^ (uintptr_t)addr) & 4095))
+		rc = EINVAL;
 	if (rc || length == 0 || length > (1ull << 40) || (access & IBV_ACCESS_ON_DEMAND)) {
 		errno = rc ? rc : EINVAL;
 		return NULL;
@@ -153,16 +156,20 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 	struct uroce_mr *mr = to_umr(ibmr);
 	struct uroce_dev *dev = to_uctx(ibmr->context)->dev;
 
-	if (flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS))
+	/* argument checks done by rdma-core's ibv_rereg_mr before the command */
+	if ((flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
-	if (!flags)
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && check_access((unsigned)access & ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE))
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && length == 0)
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != ibmr->context))
-		return IBV_REREG_MR_ERR_INPUT;
+	}
+	/* checks the kernel makes (ib_uverbs_rereg_mr): a failed command */
+	if (!flags || ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+		       check_access((unsigned)access & ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != ibmr->context))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 	pthread_mutex_lock(&dev->rx_lock);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->ibv.addr = addr;

@@ -423,7 +423,8 @@ static int check_attr_values(struct uroce_qp *qp, struct ibv_qp_attr *a, int mas
 		if (gid_is_ipv4(dg) != gid_is_ipv4(dev->cfg.gids[a->ah_attr.grh.sgid_index]))
 			return EINVAL;
 	}
-	if ((mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) && 0)
+	/* _ib_modify_qp: alternate paths are banned on RoCE */
+	if (mask & IBV_QP_ALT_PATH)
 		return EINVAL;
 	return 0;
 }

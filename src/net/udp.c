@@ -34,7 +34,7 @@ struct udp_priv {
 	uint8_t *bufs;                       /* UROCE_RX_BATCH buffers */
 	struct mmsghdr mm[UROCE_RX_BATCH];
 	struct iovec iov[UROCE_RX_BATCH];
-	struct sockaddr_in6 from[UROCE_RX_BATCH];
+	struct sockaddr_storage from[UROCE_RX_BATCH];
 	uint8_t cbuf[UROCE_RX_BATCH][128];
 };
 
@@ -319,7 +319,7 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 			pk->len = p->mm[i].msg_len;
 			if (h->msg_flags & MSG_TRUNC)
 				pk->len = 0; /* larger than any RoCE packet: dropped as truncated */
-			sockaddr_to_gid((struct sockaddr_storage *)&p->from[i], pk->sgid, &pk->sport);
+			sockaddr_to_gid(&p->from[i], pk->sgid, &pk->sport);
 			memset(pk->dgid, 0, 16);
 			pk->tos = 0;
 			for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {

@@ -51,7 +51,10 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 		if (psn_cmp(w->first_psn, psn) >= 0)
 			break;
 		if (is_rd_atomic(w)) {
-			/* only its own responses may complete it */
+			/* only its own responses complete it; a PSN inside its range
+			 * is one of them */
+			if (psn_cmp(psn, w->last_psn) <= 0)
+				break;
 			uint32_t resume = psn_add(w->first_psn, w->resp_bytes / qp->pmtu);
 			if (psn_cmp(resume, qp->una_psn) > 0)
 				qp->una_psn = resume;

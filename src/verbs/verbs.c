@@ -254,7 +254,7 @@ EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	if (flags || port != 1 || entry_size < sizeof(e.gid))
 		return EINVAL;
 	if (index >= (uint32_t)dev->cfg.ngids)
-		return ENODATA;
+		return EINVAL; /* past the table (rdma_get_gid_attr); ENODATA is for empty slots */
 	memset(&e, 0, sizeof(e));
 	memcpy(e.gid.raw, dev->cfg.gids[index], 16);
 	e.gid_index = index;

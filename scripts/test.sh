@@ -1,0 +1,28 @@
+#!/bin/bash
+# The test command (README): installs what is missing from Debian's packages,
+# builds, and runs every test through ctest; then builds with ASan + UBSan and
+# runs the tests that exercise uroce's own code paths again.
+set -euo pipefail
+UROCE_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$UROCE_ROOT/scripts/deps.sh"
+uroce_install_deps
+cd "$UROCE_ROOT"
+
+echo "== build (RelWithDebInfo)"
+uroce_build build
+echo "== ctest: every test"
+(cd build && ctest --output-on-failure --timeout 600 "$@")
+
+if [ "${UROCE_SKIP_SANITIZE:-0}" != 1 ]; then
+	echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
+	uroce_build build-asan -DUROCE_SANITIZE=ON
+	# the preloaded library is instrumented, the programs are not: ASan's
+	# runtime goes first (the launcher keeps it there)
+	asan=$(gcc -print-file-name=libasan.so)
+	ubsan=$(gcc -print-file-name=libubsan.so)
+	export UROCE_SANITIZER_RUNTIME="$asan:$ubsan"
+	export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:verify_asan_link_order=0
+	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	echo "== ctest under sanitizers (all but the multi-host network tests)"
+	(cd build-asan && ctest --output-on-failure --timeout 600 -LE net "$@")
+fi

@@ -1,0 +1,502 @@
+#!/usr/bin/env bash
+#
+# tests/netrc/netrc.sh CASE - unmodified verbs programs over a real (veth)
+# network between two namespaces, each side running on its own uroce
+# instance (UROCE_ADDR = that namespace's address), with and without
+# impairments from tests/net/lib.sh.
+#
+#   clean            ibv_rc_pingpong -c: default size and -s 65536 -n 200 over
+#                    IPv4 and IPv6; plus -m 4096 with the veth MTU raised to
+#                    9000 (see "MTU" below)
+#   loss             the same (IPv4 + IPv6) with 5% loss on both directions;
+#                    counters must show retransmits and timeouts/NAKs
+#   dup              the same with 5% duplication on both directions;
+#                    counters must show duplicate requests
+#   delay_reorder    the same with 1 ms delay + jitter + reordering on both
+#                    directions; counters must show out_of_sequence/seq NAKs
+#   all              loss 5% + dup 5% + delay/jitter/reorder on both
+#                    directions: ib_write_bw, ib_read_bw (-n 200 -s 65536),
+#                    ib_send_bw, ib_atomic_bw (-n 200)
+#   integrity        all impairments with rc_integrity (server + client);
+#                    skipped (77) if rc_integrity is not built
+#
+# A case fails if a program exits non-zero, hangs (each server/client pair
+# is bounded by NETRC_BOUND seconds; on a hang the live counters of both
+# sides are printed before they are killed), prints a data-validation or
+# completion error, or if the uroce counters (and the nft / uroce-netem
+# counters) do not prove that the impairment really happened.
+#
+# MTU: the veth pair has MTU 1500 and uroce sends each RoCE packet as one
+# UDP datagram: IP(20|40) + UDP 8 + BTH 12 (+ RETH 16 ...) + payload + ICRC 4.
+# So the RoCE path MTU must be <= 1024 on it (the default active MTU 1024 is
+# fine; -m 2048/4096 does not fit).  -m 4096 needs the link MTU raised to
+# ~4200+ (the clean case sets the veth MTU to 9000 and runs with
+# UROCE_MTU=4096 -m 4096).
+#
+# Counters: uroce publishes them in /dev/shm/uroce.<pid> and unlinks that
+# file when the process exits.  To get the *final* values, a watcher
+# hard-links the file (into /dev/shm/netrc.<pid>/) as soon as it appears; the
+# link keeps the page alive after the process is gone.  It is decoded with
+# the build's own `uroce stat -a`, by linking it for a moment as
+# /dev/shm/uroce.<P> where P is a `sleep` this script keeps running (uroce
+# stat only lists files named after a live pid), so no struct layout is
+# hard-coded here.
+#
+# Environment:
+#   UROCE          launcher (default <repo>/build/bin/uroce)
+#   UROCE_NETEM    uroce-netem (lib.sh; default <repo>/build/bin/uroce-netem)
+#   RC_INTEGRITY   rc_integrity binary (default <repo>/build/bin/rc_integrity)
+#   NETRC_BOUND    seconds allowed for one server/client pair (default 90)
+#   NETRC_REPEAT   run the case's program list this many times (default 1)
+#   NETRC_PCAP_DIR if set, every process writes UROCE_PCAP=<dir>/<run>-<side>.pcap
+#   NETRC_LOG_DIR  if set, program logs and counters are kept there
+#   NETRC_SEED     rc_integrity seed (default: derived from time)
+#   NETRC_VERBOSE=1  print the program outputs of passing runs too
+#
+# Exit: 0 pass, 1 fail, 77 skip (not root / no netns / nothing to run).
+
+set -u
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../net/lib.sh
+. "$HERE/../net/lib.sh" || { echo "cannot source $HERE/../net/lib.sh" >&2; exit 1; }
+
+CASE=${1:-}
+UROCE=${UROCE:-$ROOT/build/bin/uroce}
+RC_INTEGRITY=${RC_INTEGRITY:-$ROOT/build/bin/rc_integrity}
+NETRC_BOUND=${NETRC_BOUND:-90}
+NETRC_REPEAT=${NETRC_REPEAT:-1}
+
+# impairment parameters
+LOSS_PCT=5
+DUP_PCT=5
+DELAY_US=1000
+JITTER_US=200
+REORDER_PCT=5
+
+case "$CASE" in
+clean | loss | dup | delay_reorder | all | integrity) ;;
+*)
+    sed -n '2,30p' "$0" >&2
+    exit 2
+    ;;
+esac
+
+log() { echo "[netrc] $*" >&2; }
+
+[ -x "$UROCE" ] || { log "launcher '$UROCE' not found (build first, or set UROCE)"; exit 1; }
+if [ "$CASE" = integrity ] && [ ! -x "$RC_INTEGRITY" ]; then
+    log "SKIP: $RC_INTEGRITY not built"
+    exit 77
+fi
+for p in ibv_rc_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw; do
+    case "$CASE:$p" in
+    clean:ibv* | loss:ibv* | dup:ibv* | delay_reorder:ibv* | all:ib_*)
+        command -v "$p" >/dev/null 2>&1 || { log "SKIP: $p not installed"; exit 77; } ;;
+    esac
+done
+
+# ------------------------------------------------------------- bookkeeping --
+
+FAILS=0
+CHECKS=0
+WARNINGS=0
+KEEP_DIR=""     # /dev/shm/netrc.<pid>: hard links to the counter pages
+ALIAS_PID=""    # a sleep whose pid names the alias page for `uroce stat`
+RUN_SEQ=0
+PORT_BASE=$((18600 + ($$ % 200) * 10))
+declare -A TOT=()        # counter totals of the current case (both sides, all runs)
+declare -A CS=() CC=()   # counters of the last run: server, client
+declare -a RUN_ENV=()    # extra environment for both sides of the next run
+declare -a SUMMARY=()
+
+cleanup() {
+    local rc=$?
+    [ -n "$ALIAS_PID" ] && { kill "$ALIAS_PID" 2>/dev/null; wait "$ALIAS_PID" 2>/dev/null; }
+    [ -n "$ALIAS_PID" ] && rm -f "/dev/shm/uroce.$ALIAS_PID"
+    [ -n "$KEEP_DIR" ] && rm -rf -- "$KEEP_DIR"
+    netns_teardown
+    return $rc
+}
+trap cleanup EXIT
+
+fail() {
+    FAILS=$((FAILS + 1))
+    echo "  FAIL $*"
+}
+ok() { echo "  ok   $*"; }
+warn() {
+    WARNINGS=$((WARNINGS + 1))
+    echo "  warn $*"
+}
+# check "description" VALUE OP LIMIT   (integers; OP: -gt -ge -eq -lt -le)
+check() {
+    local desc=$1 v=${2:-0} op=$3 lim=$4
+    CHECKS=$((CHECKS + 1))
+    # shellcheck disable=SC2086
+    if [ "$v" $op "$lim" ]; then ok "$desc ($v $op $lim)"; else fail "$desc ($v, want $op $lim)"; fi
+}
+
+now() { printf '%s\n' "${EPOCHREALTIME/./}"; }   # microseconds
+
+# "counter packets N" of the last counter rule of an nft chain (0 if none)
+nft_counter() {
+    local n
+    n=$(ip netns exec "$1" nft list chain netdev uroce_impair "$2" 2>/dev/null |
+        grep -o 'counter packets [0-9]*' | tail -n1 | awk '{print $3}')
+    echo "${n:-0}"
+}
+
+# _watch_shm PID DEST: hard-link /dev/shm/uroce.PID to DEST once it exists.
+_watch_shm() {
+    local pid=$1 dest=$2
+    while kill -0 "$pid" 2>/dev/null; do
+        ln "/dev/shm/uroce.$pid" "$dest" 2>/dev/null && return 0
+        sleep 0.005
+    done
+    return 1
+}
+
+# load_counters FILE ARRAYNAME: decode a kept counter page into an assoc array
+load_counters() {
+    local f=$1 name val
+    local -n arr=$2
+    arr=()
+    [ -f "$f" ] || return 1
+    ln -f "$f" "/dev/shm/uroce.$ALIAS_PID" || return 1
+    while read -r name val _; do
+        [[ "$val" =~ ^[0-9]+$ ]] && arr[$name]=$val
+    done < <("$UROCE" stat -a "$ALIAS_PID" | tail -n +2)
+    rm -f "/dev/shm/uroce.$ALIAS_PID"
+    [ "${#arr[@]}" -gt 0 ]
+}
+
+# the counters worth showing in a one-line summary
+SHOW_COUNTERS=(tx_packets retransmits timeouts seq_naks_rx seq_naks_tx duplicates dup_responses
+    out_of_sequence drop_psn_window rnr_naks_rx tx_errors icrc_errors drop_wrong_peer drop_qp_state)
+
+fmt_counters() {   # ARRAYNAME
+    local -n a=$1
+    local c out=""
+    for c in "${SHOW_COUNTERS[@]}"; do
+        [ "${a[$c]:-0}" != 0 ] && out+=" $c=${a[$c]}"
+    done
+    echo "${out:- (none)}"
+}
+
+# c NAME: server + client value of a counter in the last run
+c() { echo $(( ${CS[$1]:-0} + ${CC[$1]:-0} )); }
+
+wait_listen() {   # NS PORT PID : wait until a TCP listener on PORT exists
+    local ns=$1 port=$2 pid=$3 i
+    for ((i = 0; i < 400; i++)); do
+        ip netns exec "$ns" ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && return 0
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+show_file() {   # TAG FILE
+    [ -s "$2" ] && sed "s/^/    $1| /" "$2"
+}
+
+# run_pair NAME FAMILY(v4|v6) -- ARGV...
+# Server: ARGV in NS_B; client: ARGV + server address in NS_A.  Each under
+# `uroce run` with UROCE_ADDR of its namespace and RUN_ENV.  Sets RUN_OK
+# (1/0), RUN_SECS, CS/CC (final counters) and adds the counters to TOT.
+run_pair() {
+    local name=$1 fam=$2
+    shift 3
+    local -a argv=("$@")
+    RUN_SEQ=$((RUN_SEQ + 1))
+    local port=$((PORT_BASE + RUN_SEQ))
+    local addr_a=$ADDR_A addr_b=$ADDR_B
+    if [ "$fam" = v6 ]; then addr_a=$ADDR6_A; addr_b=$ADDR6_B; fi
+    local tag
+    tag=$(printf '%02d-%s' "$RUN_SEQ" "$name")
+    local d="$NETNS_TMPDIR/$tag"
+    mkdir -p "$d"
+    local -a env_b=(env "UROCE_ADDR=$addr_b" "${RUN_ENV[@]}")
+    local -a env_a=(env "UROCE_ADDR=$addr_a" "${RUN_ENV[@]}")
+    if [ -n "${NETRC_PCAP_DIR:-}" ]; then
+        mkdir -p "$NETRC_PCAP_DIR"
+        env_b+=("UROCE_PCAP=$NETRC_PCAP_DIR/$tag-server.pcap")
+        env_a+=("UROCE_PCAP=$NETRC_PCAP_DIR/$tag-client.pcap")
+    fi
+    # the TCP side channel always uses IPv4: the programs' servers bind the
+    # first getaddrinfo() result, which need not be the IPv6 wildcard; the
+    # RoCE traffic uses the GID (UROCE_ADDR) whatever the TCP family is.
+    local -a scmd=("${argv[@]}" -p "$port")
+    local -a ccmd=("${argv[@]}" -p "$port" "$ADDR_B")
+    {
+        echo "# server (netns $NS_B):"
+        echo "ip netns exec $NS_B ${env_b[*]} $UROCE run -- ${scmd[*]}"
+        echo "# client (netns $NS_A):"
+        echo "ip netns exec $NS_A ${env_a[*]} $UROCE run -- ${ccmd[*]}"
+    } >"$d/repro"
+
+    local t0 spid cpid="" swatch cwatch="" srv_rc=125 cli_rc=125 hung=0
+    t0=$(now)
+    ip netns exec "$NS_B" "${env_b[@]}" "$UROCE" run -- "${scmd[@]}" >"$d/server.log" 2>&1 </dev/null &
+    spid=$!
+    _watch_shm "$spid" "$KEEP_DIR/$tag-server" &
+    swatch=$!
+    if wait_listen "$NS_B" "$port" "$spid"; then
+        ip netns exec "$NS_A" "${env_a[@]}" "$UROCE" run -- "${ccmd[@]}" >"$d/client.log" 2>&1 </dev/null &
+        cpid=$!
+        _watch_shm "$cpid" "$KEEP_DIR/$tag-client" &
+        cwatch=$!
+    else
+        echo "server did not listen on TCP $port" >>"$d/client.log"
+    fi
+
+    local deadline=$((t0 + NETRC_BOUND * 1000000)) p alive
+    while :; do
+        alive=0
+        for p in $spid $cpid; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        if [ "$(now)" -ge $deadline ]; then
+            hung=1
+            {
+                echo "HANG: still running after ${NETRC_BOUND}s; live counters:"
+                for p in $spid $cpid; do
+                    kill -0 "$p" 2>/dev/null && "$UROCE" stat -a "$p"
+                done
+                for p in "$NS_A" "$NS_B"; do
+                    echo "== $p: ss -tnp"; ip netns exec "$p" ss -tnp 2>&1
+                done
+            } >"$d/hang.txt" 2>&1
+            for p in $spid $cpid; do kill -TERM "$p" 2>/dev/null; done
+            sleep 1
+            for p in $spid $cpid; do kill -KILL "$p" 2>/dev/null; done
+            break
+        fi
+        sleep 0.05
+    done
+    wait "$spid"; srv_rc=$?
+    if [ -n "$cpid" ]; then wait "$cpid"; cli_rc=$?; fi
+    RUN_SECS=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", (b - a) / 1e6 }')
+    kill "$swatch" $cwatch 2>/dev/null
+    wait "$swatch" $cwatch 2>/dev/null
+
+    local got_s=1 got_c=1
+    load_counters "$KEEP_DIR/$tag-server" CS || got_s=0
+    load_counters "$KEEP_DIR/$tag-client" CC || got_c=0
+    local k
+    for k in "${!CS[@]}"; do TOT[$k]=$(( ${TOT[$k]:-0} + CS[$k] )); done
+    for k in "${!CC[@]}"; do TOT[$k]=$(( ${TOT[$k]:-0} + CC[$k] )); done
+    {
+        echo "# server counters"; for k in "${!CS[@]}"; do echo "$k ${CS[$k]}"; done | sort
+        echo "# client counters"; for k in "${!CC[@]}"; do echo "$k ${CC[$k]}"; done | sort
+    } >"$d/counters"
+
+    RUN_OK=1
+    echo "run $tag ($fam): ${RUN_SECS}s server=$srv_rc client=$cli_rc"
+    echo "    server:$(fmt_counters CS)"
+    echo "    client:$(fmt_counters CC)"
+    [ $got_s = 1 ] || echo "    (server counters not captured)"
+    [ $got_c = 1 ] || echo "    (client counters not captured)"
+    CHECKS=$((CHECKS + 1))
+    if [ $hung = 1 ]; then
+        fail "$tag: HANG (bound ${NETRC_BOUND}s)"
+        RUN_OK=0
+    elif [ "$srv_rc" != 0 ] || [ "$cli_rc" != 0 ]; then
+        fail "$tag: exit status server=$srv_rc client=$cli_rc"
+        RUN_OK=0
+    fi
+    # ibv_rc_pingpong -c only *prints* "invalid data in page N"; perftest and
+    # rc_integrity print completion errors
+    if grep -qiE 'invalid data|Failed status|Completion with error|FAIL|mismatch|corrupt' \
+        "$d/server.log" "$d/client.log" 2>/dev/null; then
+        CHECKS=$((CHECKS + 1))
+        fail "$tag: error reported in the output"
+        RUN_OK=0
+    fi
+    # ibv_rc_pingpong prints the GIDs: make sure the family is the intended one
+    if grep -q 'local address:.*GID' "$d/server.log" 2>/dev/null &&
+        ! grep -q "local address:.*GID \\(::ffff:\\)\\?$addr_b\$" "$d/server.log"; then
+        CHECKS=$((CHECKS + 1))
+        fail "$tag: server GID is not $addr_b"
+        RUN_OK=0
+    fi
+    if [ $RUN_OK = 0 ] || [ "${NETRC_VERBOSE:-0}" = 1 ]; then
+        show_file repro "$d/repro"
+        show_file hang "$d/hang.txt"
+        show_file server "$d/server.log"
+        show_file client "$d/client.log"
+    fi
+    if [ -n "${NETRC_LOG_DIR:-}" ]; then
+        mkdir -p "$NETRC_LOG_DIR" && cp -r "$d" "$NETRC_LOG_DIR/$CASE-$$-$tag"
+    fi
+    SUMMARY+=("$tag ${RUN_SECS}s $([ $RUN_OK = 1 ] && echo ok || echo FAIL)")
+    return 0
+}
+
+# ------------------------------------------------------------------ cases --
+
+# pingpong runs shared by clean/loss/dup/delay_reorder; $1 = per-run checker
+pingpong_set() {
+    local checker=$1 fam
+    for fam in v4 v6; do
+        run_pair "pp_${fam}_default" $fam -- ibv_rc_pingpong -g 0 -c
+        $checker "pp_${fam}_default"
+        run_pair "pp_${fam}_64k" $fam -- ibv_rc_pingpong -g 0 -c -s 65536 -n 200
+        $checker "pp_${fam}_64k"
+    done
+}
+
+check_clean() {
+    # no impairment: a retransmit here means a spurious timeout (e.g. a
+    # very loaded machine); worth a look but not a failure
+    local n
+    n=$(( $(c retransmits) + $(c timeouts) + $(c seq_naks_tx) ))
+    [ "$n" = 0 ] || warn "$1: retransmits/timeouts/NAKs on a clean link ($n)"
+    CHECKS=$((CHECKS + 1))
+    if [ "$(c duplicates)" != 0 ] || [ "$(c icrc_errors)" != 0 ]; then
+        fail "$1: duplicates=$(c duplicates) icrc_errors=$(c icrc_errors) on a clean link"
+    fi
+}
+
+check_loss() {
+    check "$1: retransmits" "$(c retransmits)" -gt 0
+    check "$1: timeouts + seq NAKs received" $(( $(c timeouts) + $(c seq_naks_rx) )) -gt 0
+}
+
+check_dup() {
+    check "$1: duplicate requests answered" "$(c duplicates)" -gt 0
+}
+
+check_reorder() {
+    check "$1: out_of_sequence + seq NAKs" $(( $(c out_of_sequence) + $(c seq_naks_tx) )) -gt 0
+}
+
+check_none() { :; }
+
+check_all() {
+    check "$1: retransmits (loss)" "$(c retransmits)" -gt 0
+    check "$1: duplicates + dup_responses (dup)" $(( $(c duplicates) + $(c dup_responses) )) -gt 0
+}
+
+impair_loss_both() {
+    impair_loss "$NS_A" "$VETH_A" "$LOSS_PCT"
+    impair_loss "$NS_B" "$VETH_B" "$LOSS_PCT"
+}
+impair_dup_both() {
+    impair_dup "$NS_A" "$VETH_A" "$DUP_PCT"
+    impair_dup "$NS_B" "$VETH_B" "$DUP_PCT"
+}
+impair_delay_both() {
+    impair_delay "$NS_A" "$DELAY_US" "$JITTER_US" "$REORDER_PCT"
+    impair_delay "$NS_B" "$DELAY_US" "$JITTER_US" "$REORDER_PCT"
+}
+
+# network-level proof, read before the impairments are removed
+check_nft_loss() {
+    check "nft: packets dropped entering $NS_A" "$(nft_counter "$NS_A" "loss_$VETH_A")" -gt 0
+    check "nft: packets dropped entering $NS_B" "$(nft_counter "$NS_B" "loss_$VETH_B")" -gt 0
+}
+check_nft_dup() {
+    check "nft: packets duplicated leaving $NS_A" "$(nft_counter "$NS_A" "dup_$VETH_A")" -gt 0
+    check "nft: packets duplicated leaving $NS_B" "$(nft_counter "$NS_B" "dup_$VETH_B")" -gt 0
+}
+check_netem() {
+    local ns f seen reordered
+    for ns in "$NS_A" "$NS_B"; do
+        impair_delay_stop "$ns" 2>/dev/null || fail "uroce-netem in $ns died or failed"
+        f=$NETEM_COUNTERS
+        echo "    netem $ns: ${f#*exit } bypassed=$NETEM_BYPASSED"
+        seen=$(printf '%s\n' "$f" | tr ' ' '\n' | awk -F= '$1 == "delayed" { print $2 }')
+        reordered=$(printf '%s\n' "$f" | tr ' ' '\n' | awk -F= '$1 == "reordered" { print $2 }')
+        check "uroce-netem $ns: packets delayed" "${seen:-0}" -gt 0
+        check "uroce-netem $ns: packets reordered" "${reordered:-0}" -gt 0
+    done
+}
+
+show_totals() {
+    local k out=""
+    for k in "${SHOW_COUNTERS[@]}"; do out+=" $k=${TOT[$k]:-0}"; done
+    echo "totals (both sides, all runs):$out"
+}
+
+# ------------------------------------------------------------------- main --
+
+netns_setup
+KEEP_DIR=/dev/shm/netrc.$$
+mkdir -p "$KEEP_DIR" || { log "cannot create $KEEP_DIR"; exit 1; }
+sleep 100000 &
+ALIAS_PID=$!
+
+T0=$(now)
+echo "netrc $CASE: $NS_A ($ADDR_A, $ADDR6_A) <-> $NS_B ($ADDR_B, $ADDR6_B), bound ${NETRC_BOUND}s per pair"
+
+for ((rep = 1; rep <= NETRC_REPEAT; rep++)); do
+    [ "$NETRC_REPEAT" -gt 1 ] && echo "=== repetition $rep/$NETRC_REPEAT"
+    case "$CASE" in
+    clean)
+        pingpong_set check_clean
+        # path MTU 4096: needs a link MTU > 4096 + headers
+        ip -n "$NS_A" link set dev "$VETH_A" mtu 9000
+        ip -n "$NS_B" link set dev "$VETH_B" mtu 9000
+        RUN_ENV=(UROCE_MTU=4096)
+        run_pair pp_v4_mtu4096 v4 -- ibv_rc_pingpong -g 0 -c -m 4096 -s 65536 -n 200
+        check_clean pp_v4_mtu4096
+        # proof that 4096-byte packets were used: mean payload per packet
+        tx_p=${CC[tx_packets]:-0}
+        tx_b=${CC[tx_bytes]:-0}
+        check "pp_v4_mtu4096: client mean UDP payload per packet" $(( tx_p ? tx_b / tx_p : 0 )) -gt 3000
+        RUN_ENV=()
+        ip -n "$NS_A" link set dev "$VETH_A" mtu 1500
+        ip -n "$NS_B" link set dev "$VETH_B" mtu 1500
+        ;;
+    loss)
+        [ $rep = 1 ] && impair_loss_both
+        pingpong_set check_loss
+        ;;
+    dup)
+        [ $rep = 1 ] && impair_dup_both
+        pingpong_set check_dup
+        ;;
+    delay_reorder)
+        [ $rep = 1 ] && impair_delay_both
+        pingpong_set check_reorder
+        ;;
+    all)
+        if [ $rep = 1 ]; then impair_loss_both; impair_dup_both; impair_delay_both; fi
+        run_pair write_bw v4 -- ib_write_bw -x 0 -n 200 -s 65536
+        check_all write_bw
+        run_pair read_bw v4 -- ib_read_bw -x 0 -n 200 -s 65536
+        check_all read_bw
+        run_pair send_bw v4 -- ib_send_bw -x 0 -n 200
+        check_all send_bw
+        run_pair atomic_bw v4 -- ib_atomic_bw -x 0 -n 200
+        check_all atomic_bw
+        ;;
+    integrity)
+        if [ $rep = 1 ]; then impair_loss_both; impair_dup_both; impair_delay_both; fi
+        seed=${NETRC_SEED:-$(( $(date +%s) % 100000 + rep ))}
+        run_pair "rc_integrity_s$seed" v4 -- "$RC_INTEGRITY" -s "$seed" -n 40 -t $((NETRC_BOUND - 10))
+        check_all "rc_integrity_s$seed"
+        ;;
+    esac
+done
+
+show_totals
+case "$CASE" in
+loss) check_nft_loss ;;
+dup) check_nft_dup ;;
+delay_reorder) check_netem ;;
+all | integrity)
+    check_nft_loss
+    check_nft_dup
+    check "totals: timeouts + seq NAKs received" $(( ${TOT[timeouts]:-0} + ${TOT[seq_naks_rx]:-0} )) -gt 0
+    check "totals: duplicate requests answered" "${TOT[duplicates]:-0}" -gt 0
+    check_netem
+    ;;
+esac
+
+T1=$(now)
+echo "summary: $(printf '%s; ' "${SUMMARY[@]}")"
+echo "netrc $CASE: $CHECKS checks, $FAILS failed, $WARNINGS warnings, $(( (T1 - T0) / 1000000 ))s"
+[ "$FAILS" = 0 ] || exit 1
+exit 0
