@@ -125,6 +125,11 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			return;
 		if (syn == AETH_NAK_PSN_SEQ) {
 			dev_count(qp->dev, UC_seq_naks_rx, 1);
+			/* after an RNR NAK the responder NAKs the packets that
+			 * followed (rxe does, see rxe-captures/rnr.txt); the RNR
+			 * timer restarts them anyway */
+			if (qp->rnr_wait)
+				return;
 			if (!ack_before(qp, psn))
 				return;
 			if (qp->retry_left == 0) {

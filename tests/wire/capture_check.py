@@ -1,0 +1,497 @@
+#!/usr/bin/python3
+"""wire_capture_check: real verbs workloads through uroce, captured with
+UROCE_PCAP on both sides, then every frame checked three ways.
+
+    capture_check.py --launcher PATH/uroce [--keep] [--only NAME,...]
+    capture_check.py --analyze FILE.pcap [--pmtu N]      (just the checks)
+    capture_check.py --selftest                          (the checks must fail)
+
+Per frame (frame numbers are 1-based, as in tshark/Wireshark):
+ (a) tshark decodes it as InfiniBand over RoCEv2 ("RRoCE", frame.protocols
+     contains "infiniband") with no expert item and no [Malformed Packet];
+     its decoded opcode, DestQP, PSN, PadCnt and Invariant CRC agree with our
+     own parse.  Accepted tshark items: none.  tshark runs with the
+     infiniband.payload heuristic sub-dissectors (rpcordma, iser, smc, ...)
+     disabled, because benchmark payload bytes are not upper-layer protocol
+     data and those heuristics can misfire on them (e.g. an all-zero SEND
+     payload is "Malformed RPCoRDMA"); this hides nothing about RoCE headers.
+ (b) our own ICRC (rocewire.py: roce-wire.md §4 with zlib.crc32) equals the
+     trailer.
+ (c) wire rules: IPv4 IHL 5, DF, protocol 17 (§1.2); UDP dst 4791, checksum 0
+     on IPv4, length consistent with IP (§1.1, §1.4); TVer 0, P_Key 0xFFFF,
+     BTH byte 4 zero, reserved bits zero, M=0 (§2.1); known opcode whose
+     headers fit; payload only where the opcode allows one; PadCnt =
+     (4 - len%4)%4 (§7); FIRST/MIDDLE payload exactly PMTU, LAST 1..PMTU,
+     ONLY 0..PMTU (§7); AETH syndrome is ACK/RNR NAK/NAK 0x60-0x64 (§5);
+     UDP source port constant per QP (§1.4).
+Per run: every packet one side received (from the other) is byte-identical
+to one the other side sent; the expected opcodes of each workload are seen,
+and across all workloads SEND, WRITE, READ request/response, ACK, both
+atomics and UC appear.
+
+Exit 0 pass, 1 fail (frame numbers printed), 77 if a tool is missing.
+"""
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rocewire as rw  # noqa: E402
+
+SKIP = 77
+# Expert items we accept from tshark 4.0 on uroce traffic, with the reason.
+# (message substring -> why).  Empty: uroce's frames draw none.
+ACCEPTED_EXPERT = {}
+
+# heuristic short names (tshark 4.0) of the infiniband.payload table; names
+# this tshark does not know are dropped at the first run
+PAYLOAD_HEURISTICS = ['eth_over_ib', 'fc_infiniband', 'sdp_infiniband', 'iser_infiniband', 'lnet_ib',
+                      'rpcrdma_infiniband', 'smb_direct_infiniband', 'smcr_infiniband', 'nvme_rdma',
+                      'drbd_rdma']
+
+PP = ['-d', 'uroce0', '-g', '0']
+PT = ['-d', 'uroce0', '-x', '0', '-F']
+# name, argv (both sides; the client adds 127.0.0.1), PMTU, opcodes that must appear
+WORKLOADS = [
+    ('rc_pingpong_3000', ['ibv_rc_pingpong'] + PP + ['-s', '3000', '-n', '50', '-c'], 1024,
+     {0x00, 0x01, 0x02, 0x11}),
+    ('rc_pingpong_mtu256', ['ibv_rc_pingpong'] + PP + ['-m', '256', '-n', '50', '-c'], 256,
+     {0x00, 0x01, 0x02, 0x11}),
+    ('rc_pingpong_pad', ['ibv_rc_pingpong'] + PP + ['-s', '1001', '-n', '20', '-c'], 1024,
+     {0x04, 0x11}),
+    ('uc_pingpong', ['ibv_uc_pingpong'] + PP + ['-s', '3000', '-n', '20'], 1024,
+     {0x20, 0x21, 0x22}),
+    ('read_bw', ['ib_read_bw'] + PT + ['-n', '50', '-s', '9000'], 1024,
+     {0x0C, 0x0D, 0x0E, 0x0F}),
+    ('read_lat_small', ['ib_read_lat'] + PT + ['-n', '50', '-s', '61'], 1024,
+     {0x0C, 0x10}),
+    ('atomic_fetch_add', ['ib_atomic_bw'] + PT + ['-n', '50'], 1024,
+     {0x14, 0x12}),
+    ('atomic_cmp_swap', ['ib_atomic_bw'] + PT + ['-n', '50', '-A', 'CMP_AND_SWAP'], 1024,
+     {0x13, 0x12}),
+    ('write_bw', ['ib_write_bw'] + PT + ['-n', '50', '-s', '5000'], 1024,
+     {0x06, 0x07, 0x08, 0x11}),
+    ('write_lat_small', ['ib_write_lat'] + PT + ['-n', '50', '-s', '13'], 1024,
+     {0x0A, 0x11}),
+    ('send_bw', ['ib_send_bw'] + PT + ['-n', '50', '-s', '2000'], 1024,
+     {0x00, 0x02, 0x11}),
+]
+MUST_SEE = {
+    'SEND': {0x00, 0x01, 0x02, 0x04}, 'WRITE': {0x06, 0x07, 0x08, 0x0A},
+    'READ request': {0x0C}, 'READ response': {0x0D, 0x0E, 0x0F, 0x10},
+    'ACK': {0x11}, 'atomic ACK': {0x12}, 'COMPARE_SWAP': {0x13}, 'FETCH_ADD': {0x14},
+    'UC SEND': {0x20, 0x21, 0x22},
+}
+
+
+class Problems:
+    def __init__(self, quiet=False):
+        self.items = []
+        self.quiet = quiet
+
+    def add(self, where, msg):
+        self.items.append(f'{where}: {msg}')
+        if not self.quiet and len(self.items) <= 200:
+            print(f'FAIL {where}: {msg}', flush=True)
+
+
+# --------------------------------------------------------------------------
+# per-frame checks
+
+def check_frame_rules(rf, pmtu, where, P):
+    b = rf.bth
+    if rf.ipver == 4:
+        ip = rf.ip
+        if ip[0] != 0x45:
+            P.add(where, f'IPv4 version/IHL byte {ip[0]:#04x}, want 0x45 (§1.2)')
+        frag = struct.unpack('!H', ip[6:8])[0]
+        if frag != 0x4000:
+            P.add(where, f'IPv4 flags/fragment {frag:#06x}, want 0x4000 DF (§1.2)')
+        s = sum(struct.unpack('!10H', ip[:20]))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        if s != 0xFFFF:
+            P.add(where, 'IPv4 header checksum wrong')
+        if rf.udp_csum != 0:
+            P.add(where, f'UDP checksum {rf.udp_csum:#06x} on IPv4, rxe sends 0 (§1.4)')
+    if rf.eth_pad:
+        P.add(where, f'{rf.eth_pad} bytes after the IP packet')
+    if not rf.known:
+        P.add(where, f'opcode {rf.opcode:#04x} is not in the §3 table')
+        return
+    name, hlen, payload_ok = rw.OPCODES[rf.opcode]
+    if rf.tver != 0:
+        P.add(where, f'TVer {rf.tver} (§2.1)')
+    if rf.pkey != 0xFFFF:
+        P.add(where, f'P_Key {rf.pkey:#06x}, want 0xFFFF (§2.1)')
+    if rf.mig:
+        P.add(where, 'MigReq set (rxe sends 0, §2.1)')
+    if b[4] != 0 and rf.opcode != 0x81:
+        P.add(where, f'BTH byte 4 (FECN/BECN/reserved) {b[4]:#04x}, want 0 (§2.1)')
+    if b[8] & 0x7F:
+        P.add(where, f'BTH reserved 7 bits {b[8] & 0x7F:#x} (§2.1)')
+    body = len(rf.udp_payload) - 12 - hlen - 4          # payload + pad
+    if body < 0:
+        P.add(where, f'{name}: {len(rf.udp_payload)}-byte UDP payload cannot hold its headers')
+        return
+    if body < rf.pad:
+        P.add(where, f'{name}: PadCnt {rf.pad} exceeds the {body} bytes after the headers')
+        return
+    plen = body - rf.pad
+    if plen and not payload_ok:
+        P.add(where, f'{name} carries {plen} payload bytes (§3: none)')
+    if rf.pad != (4 - plen % 4) % 4:
+        P.add(where, f'{name}: PadCnt {rf.pad} for a {plen}-byte payload (§7)')
+    if payload_ok and rf.opcode not in (0x80,):
+        pos = name.rsplit('_', 1)[-1] if not name.endswith('IMM') and not name.endswith('INV') \
+            else name.split('_')[-2]
+        if pos in ('FIRST', 'MIDDLE') and plen != pmtu:
+            P.add(where, f'{name} with {plen} payload bytes, PMTU {pmtu} (§7)')
+        elif pos == 'LAST' and not 1 <= plen <= pmtu:
+            P.add(where, f'{name} with {plen} payload bytes, want 1..{pmtu} (§7)')
+        elif pos == 'ONLY' and plen > pmtu:
+            P.add(where, f'{name} with {plen} payload bytes, PMTU {pmtu} (§7)')
+    if rf.opcode in (0x0D, 0x0F, 0x10, 0x11, 0x12):
+        syn = rf.ext[0]
+        if syn & 0x80 or (syn & 0x60) == 0x40 or ((syn & 0x60) == 0x60 and syn > 0x64):
+            P.add(where, f'{name}: AETH syndrome {syn:#04x} is reserved (§5)')
+    if rf.opcode in (0x0C,) and struct.unpack('!I', rf.ext[12:16])[0] > 1 << 31:
+        P.add(where, 'READ request DMA length above 2^31 (§2.2)')
+    if rf.opcode in (0x13, 0x14) and struct.unpack('!Q', rf.ext[0:8])[0] & 7:
+        P.add(where, 'atomic VA not 8-byte aligned (§2.2)')
+
+
+def run_tshark(path):
+    while True:
+        rc, err, rows = _run_tshark(path)
+        unknown = [h for h in PAYLOAD_HEURISTICS if f'No such protocol {h},' in err]
+        if not unknown:
+            return rc, err, rows
+        for h in unknown:
+            PAYLOAD_HEURISTICS.remove(h)
+
+
+def _run_tshark(path):
+    cmd = ['tshark', '-n', '-r', path]
+    for h in PAYLOAD_HEURISTICS:
+        cmd += ['--disable-heuristic', h]
+    fields = ['frame.number', 'frame.protocols', '_ws.col.Protocol', '_ws.expert.message',
+              '_ws.expert.severity', '_ws.malformed', 'infiniband.bth.opcode',
+              'infiniband.bth.destqp', 'infiniband.bth.psn', 'infiniband.bth.padcnt',
+              'infiniband.invariant.crc', '_ws.col.Info']
+    cmd += ['-T', 'fields', '-E', 'separator=\t', '-E', 'occurrence=a', '-E', 'aggregator=;']
+    for f in fields:
+        cmd += ['-e', f]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    err = '\n'.join(x for x in r.stderr.splitlines() if 'Running as user' not in x and x.strip())
+    rows = {}
+    for line in r.stdout.splitlines():
+        c = line.split('\t')
+        c += [''] * (len(fields) - len(c))
+        rows[int(c[0])] = dict(zip(fields, c))
+    return r.returncode, err, rows
+
+
+def analyze(path, pmtu, P, label=None):
+    """All per-frame checks on one pcap.  Returns (frames, Counter of opcodes,
+    list of RoceFrame)."""
+    label = label or os.path.basename(path)
+    frames = list(rw.read_pcap(path))
+    rc, err, rows = run_tshark(path)
+    if rc != 0 or err:
+        P.add(label, f'tshark exit {rc}: {err}')
+    if len(rows) != len(frames):
+        P.add(label, f'tshark decoded {len(rows)} frames, the file holds {len(frames)}')
+    ops = collections.Counter()
+    parsed = []
+    sport_of_qp = {}
+    for num, lt, data in frames:
+        where = f'{label} frame {num}'
+        try:
+            rf = rw.parse_frame(data, lt)
+        except rw.WireError as ex:
+            P.add(where, f'malformed: {ex}')
+            continue
+        if rf is None:
+            P.add(where, 'not a RoCEv2 frame')
+            continue
+        parsed.append((num, rf))
+        ops[rf.opcode] += 1
+        # (b) ICRC
+        ours = rw.icrc_trailer(rf.ip)
+        if ours != rf.icrc_wire:
+            P.add(where, f'{rf.opname} PSN {rf.psn:#x}: ICRC trailer {rf.icrc_wire.hex(" ")}, '
+                  f'independent computation {ours.hex(" ")} (§4)')
+        # (c) rules
+        check_frame_rules(rf, pmtu, where, P)
+        key = (rf.src, rf.dst, rf.dqpn)
+        if sport_of_qp.setdefault(key, rf.sport) != rf.sport:
+            P.add(where, f'UDP source port {rf.sport} changed for the flow to QP {rf.dqpn:#x} '
+                  f'(was {sport_of_qp[key]}, §1.4)')
+        # (a) tshark
+        t = rows.get(num)
+        if t is None:
+            P.add(where, 'missing from tshark output')
+            continue
+        if 'infiniband' not in t['frame.protocols'].split(':'):
+            P.add(where, f'tshark protocols {t["frame.protocols"]!r}, no infiniband')
+        if t['_ws.col.Protocol'] != 'RRoCE':
+            P.add(where, f'tshark protocol column {t["_ws.col.Protocol"]!r}, want RRoCE')
+        if t['_ws.malformed'] or '[Malformed' in t['_ws.col.Info']:
+            P.add(where, f'tshark: malformed packet ({t["_ws.col.Info"].strip()})')
+        if t['_ws.expert.message']:
+            for m in t['_ws.expert.message'].split(';'):
+                if not any(k in m for k in ACCEPTED_EXPERT):
+                    P.add(where, f'tshark expert item: {m}')
+        try:
+            top = int(t['infiniband.bth.opcode'], 0)
+            tqp = int(t['infiniband.bth.destqp'], 0)
+            tpsn = int(t['infiniband.bth.psn'], 0)
+            tpad = int(t['infiniband.bth.padcnt'], 0)
+            tcrc = int(t['infiniband.invariant.crc'], 0)
+        except ValueError:
+            P.add(where, f'tshark fields missing: {t}')
+            continue
+        want = (rf.opcode, rf.dqpn, rf.psn, rf.pad, struct.unpack('!I', rf.icrc_wire)[0])
+        if (top, tqp, tpsn, tpad, tcrc) != want:
+            P.add(where, f'tshark decode (opcode,qp,psn,pad,icrc)={(top, tqp, tpsn, tpad, hex(tcrc))} '
+                  f'disagrees with ours {want[:4] + (hex(want[4]),)}')
+    return frames, ops, parsed
+
+
+def cross_check(name, a_path, a_parsed, b_path, b_parsed, P):
+    """What B received from A must be byte-identical to something A sent."""
+    def addr_of(parsed):
+        c = collections.Counter()
+        for _, rf in parsed:
+            c[rf.src] += 1
+        return c
+
+    for (rpath, rparsed, spath, sparsed) in ((a_path, a_parsed, b_path, b_parsed),
+                                             (b_path, b_parsed, a_path, a_parsed)):
+        srcs = addr_of(sparsed)
+        if not srcs:
+            continue
+        sender = srcs.most_common(1)[0][0]   # the sender's own address dominates
+        sent = collections.Counter(rf.udp_payload for _, rf in sparsed if rf.src == sender)
+        got = 0
+        for num, rf in rparsed:
+            if rf.src != sender:
+                continue
+            got += 1
+            if sent[rf.udp_payload] <= 0:
+                P.add(f'{os.path.basename(rpath)} frame {num}',
+                      f'received {rf.opname} PSN {rf.psn:#x} that {os.path.basename(spath)} never sent '
+                      '(corrupted in transit or in the pcap tap)')
+            else:
+                sent[rf.udp_payload] -= 1
+        if got == 0:
+            P.add(name, f'{os.path.basename(rpath)} shows nothing received from the other side')
+
+
+# --------------------------------------------------------------------------
+# running workloads
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def listening(port):
+    for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            for line in open(f).readlines()[1:]:
+                c = line.split()
+                if int(c[1].rsplit(':', 1)[1], 16) == port and c[3] == '0A':
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def stop(p):
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_workload(launcher, name, argv, wd, bound):
+    port = free_port()
+    argv = argv + ['-p', str(port)]
+    spcap, cpcap = os.path.join(wd, name + '.server.pcap'), os.path.join(wd, name + '.client.pcap')
+    slog, clog = open(os.path.join(wd, name + '.server.log'), 'w'), open(os.path.join(wd, name + '.client.log'), 'w')
+    env = dict(os.environ)
+    env.pop('UROCE_ADDR', None)
+    env.pop('UROCE_FAULT_DROP_TX', None)
+    env.pop('UROCE_FAULT_DROP_RX', None)
+    t0 = time.time()
+    srv = subprocess.Popen([launcher, 'run', '--'] + argv, stdout=slog, stderr=subprocess.STDOUT,
+                           env=dict(env, UROCE_PCAP=spcap), start_new_session=True)
+    cli = None
+    try:
+        while not listening(port):
+            if srv.poll() is not None:
+                return f'server exited {srv.returncode} before listening'
+            if time.time() - t0 > 20:
+                return 'server not listening after 20 s'
+            time.sleep(0.05)
+        cli = subprocess.Popen([launcher, 'run', '--'] + argv + ['127.0.0.1'], stdout=clog,
+                               stderr=subprocess.STDOUT, env=dict(env, UROCE_PCAP=cpcap),
+                               start_new_session=True)
+        deadline = t0 + bound
+        while (cli.poll() is None or srv.poll() is None) and time.time() < deadline:
+            time.sleep(0.05)
+        if cli.poll() is None or srv.poll() is None:
+            return f'not finished after {bound} s'
+        if cli.returncode or srv.returncode:
+            return f'exit status server {srv.returncode}, client {cli.returncode}'
+        return None
+    finally:
+        stop(srv)
+        if cli:
+            stop(cli)
+        slog.close()
+        clog.close()
+
+
+def tail(path, n=6):
+    try:
+        return ''.join(open(path).readlines()[-n:])
+    except OSError:
+        return ''
+
+
+# --------------------------------------------------------------------------
+
+def selftest():
+    """The checker must flag a bad ICRC, a truncated frame, a wrong PadCnt and
+    a wrong P_Key; it must pass a clean frame."""
+    src, dst = bytes([127, 64, 9, 1]), bytes([127, 64, 9, 2])
+
+    def eth(ip):
+        return b'\x02\x00' + dst + b'\x02\x00' + src + b'\x08\x00' + ip
+
+    good = rw.bth(0x04, 0x1234, 7, ackreq=1) + b'abcdefgh'
+    cases = [
+        ('clean', rw.roce_udp_payload(src, dst, 0xC001, good), 0),
+        ('bad ICRC', rw.roce_udp_payload(src, dst, 0xC001, good, bad_icrc=True), 1),
+        ('truncated WRITE_ONLY', rw.bth(0x0A, 0x1234, 7) + b'\0' * 8, 1),
+        ('wrong PadCnt', rw.roce_udp_payload(src, dst, 0xC001, rw.bth(0x04, 0x1234, 7, pad=2) + b'abcdefg'), 1),
+        ('P_Key 0x8001', rw.roce_udp_payload(src, dst, 0xC001, rw.bth(0x04, 0x1234, 7, pkey=0x8001) + b'abcd'), 1),
+    ]
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix='wire_selftest.') as d:
+        for name, udp, expect in cases:
+            path = os.path.join(d, 'x.pcap')
+            fr = eth(rw.ipv4_packet(src, dst, 0xC001, udp))
+            with open(path, 'wb') as f:
+                f.write(struct.pack('<IHHiIII', 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+                f.write(struct.pack('<IIII', 0, 0, len(fr), len(fr)) + fr)
+            P = Problems(quiet=True)
+            analyze(path, 1024, P, label=f'selftest[{name}]')
+            if bool(P.items) != bool(expect):
+                print(f'SELFTEST BROKEN: case {name!r} gave {len(P.items)} problem(s): {P.items}')
+                bad += 1
+            else:
+                print(f'ok   selftest {name!r}: ' + ('clean' if not P.items else P.items[0]))
+    print('selftest: the checks ' + ('work' if not bad else 'are broken'))
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--launcher')
+    ap.add_argument('--keep', action='store_true', help='keep the pcaps and logs')
+    ap.add_argument('--only', help='comma-separated workload names')
+    ap.add_argument('--bound', type=int, default=60, help='seconds per workload')
+    ap.add_argument('--analyze', help='only check this pcap')
+    ap.add_argument('--pmtu', type=int, default=1024)
+    ap.add_argument('--selftest', action='store_true')
+    a = ap.parse_args()
+
+    if not shutil.which('tshark'):
+        print('SKIP: tshark not installed')
+        return SKIP
+    if a.selftest:
+        return selftest()
+    if a.analyze:
+        P = Problems()
+        _, ops, parsed = analyze(a.analyze, a.pmtu, P)
+        print(f'{len(parsed)} frames, opcodes ' + ', '.join(f'{rw.OPCODES.get(o, ("?",))[0]}={n}'
+                                                          for o, n in sorted(ops.items())))
+        return 1 if P.items else 0
+    if not a.launcher or not os.access(a.launcher, os.X_OK):
+        print(f'SKIP: launcher {a.launcher} missing')
+        return SKIP
+    workloads = [w for w in WORKLOADS if not a.only or w[0] in a.only.split(',')]
+    for w in workloads:
+        if not shutil.which(w[1][0]):
+            print(f'SKIP: {w[1][0]} not installed (ibverbs-utils / perftest)')
+            return SKIP
+
+    if selftest():
+        return 1
+    wd = tempfile.mkdtemp(prefix='wire_capture.')
+    P = Problems()
+    all_ops = collections.Counter()
+    total = 0
+    for name, argv, pmtu, must in workloads:
+        t = time.time()
+        err = run_workload(a.launcher, name, argv, wd, a.bound)
+        if err:
+            P.add(name, f'workload failed: {err}\n--- server log:\n{tail(os.path.join(wd, name + ".server.log"))}'
+                  f'--- client log:\n{tail(os.path.join(wd, name + ".client.log"))}')
+            continue
+        res = {}
+        for side in ('server', 'client'):
+            path = os.path.join(wd, f'{name}.{side}.pcap')
+            if not os.path.exists(path):
+                P.add(name, f'{side} wrote no pcap')
+                continue
+            frames, ops, parsed = analyze(path, pmtu, P)
+            res[side] = (path, parsed, ops)
+            all_ops.update(ops)
+            total += len(frames)
+        if len(res) == 2:
+            cross_check(name, res['server'][0], res['server'][1], res['client'][0], res['client'][1], P)
+            ops = res['server'][2] + res['client'][2]
+            missing = must - set(ops)
+            if missing:
+                P.add(name, 'expected opcodes not seen: ' + ', '.join(rw.OPCODES[o][0] for o in sorted(missing)))
+            print(f'ok   {name}: {len(res["server"][1])} + {len(res["client"][1])} frames in '
+                  f'{time.time() - t:.1f} s; ' + ', '.join(f'{rw.OPCODES.get(o, ("?",))[0]}={n}'
+                                                         for o, n in sorted(ops.items())), flush=True)
+    if not a.only:
+        for what, codes in MUST_SEE.items():
+            if not codes <= set(all_ops):
+                P.add('sanity', f'{what}: opcodes ' + ', '.join(rw.OPCODES[o][0] for o in sorted(codes - set(all_ops)))
+                      + ' never seen')
+    print(f'summary: {len(workloads)} workloads, {total} frames, {len(all_ops)} distinct opcodes, '
+          f'{len(P.items)} problem(s)')
+    if P.items or a.keep:
+        print(f'pcaps and logs kept in {wd}')
+    else:
+        shutil.rmtree(wd, ignore_errors=True)
+    return 1 if P.items else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
