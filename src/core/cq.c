@@ -66,7 +66,6 @@ static void channel_signal(struct uroce_cq *cq)
 		ch->cap = ncap;
 	}
 	ch->pending[ch->npending++] = cq;
-	cq->comp_events_reported++;
 	pthread_mutex_unlock(&ch->lock);
 	if (write(ch->ibv.fd, &one, sizeof(one)) < 0)
 		LOG_ERR("uroce: completion channel write failed");
@@ -77,18 +76,21 @@ int uroce_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq, void *
 	struct uroce_comp_channel *ch = to_uchan(ibch);
 	uint64_t v;
 
-	/* blocks unless the application made the fd non-blocking (EAGAIN then) */
-	if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
-		return -1;
-	pthread_mutex_lock(&ch->lock);
-	if (!ch->npending) {
+	for (;;) {
+		/* blocks unless the application made the fd non-blocking (EAGAIN then) */
+		if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
+			return -1;
+		pthread_mutex_lock(&ch->lock);
+		if (ch->npending)
+			break;
+		/* the event's CQ was destroyed before the event was read */
 		pthread_mutex_unlock(&ch->lock);
-		errno = EAGAIN;
-		return -1;
 	}
 	struct uroce_cq *c = ch->pending[0];
 	memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
 	ch->npending--;
+	/* counted when read: destroy waits for exactly these acknowledgements */
+	c->comp_events_reported++;
 	pthread_mutex_unlock(&ch->lock);
 	*cq = (struct ibv_cq *)&c->ibv;
 	*cq_context = c->ibv.cq_context;
@@ -241,8 +243,15 @@ int uroce_destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_unlock(&dev->lock);
 	if (ibcq->channel) {
 		struct uroce_comp_channel *ch = to_uchan(ibcq->channel);
-		/* rdma-core (ibv_cmd_destroy_cq): wait until every reported event
-		 * has been acknowledged */
+		/* events not yet read go away with the CQ; those read must be
+		 * acknowledged first (rdma-core ibv_cmd_destroy_cq) */
+		pthread_mutex_lock(&ch->lock);
+		unsigned k = 0;
+		for (unsigned i = 0; i < ch->npending; i++)
+			if (ch->pending[i] != cq)
+				ch->pending[k++] = ch->pending[i];
+		ch->npending = k;
+		pthread_mutex_unlock(&ch->lock);
 		pthread_mutex_lock(&ibcq->mutex);
 		while (ibcq->comp_events_completed != cq->comp_events_reported)
 			pthread_cond_wait(&ibcq->cond, &ibcq->mutex);

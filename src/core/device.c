@@ -65,6 +65,22 @@ static unsigned env_uint(const char *name, unsigned def)
 	return e && *e ? (unsigned)strtoul(e, NULL, 0) : def;
 }
 
+static void parse_fault(const char *name, unsigned *every, double *pct)
+{
+	const char *e = getenv(name);
+	char *end;
+
+	*every = 0;
+	*pct = 0;
+	if (!e || !*e)
+		return;
+	double v = strtod(e, &end);
+	if (*end == '%')
+		*pct = v < 0 ? 0 : v > 100 ? 100 : v;
+	else
+		*every = (unsigned)v;
+}
+
 int uroce_config_load(struct uroce_config *cfg)
 {
 	const char *e;
@@ -101,15 +117,22 @@ int uroce_config_load(struct uroce_config *cfg)
 		}
 	}
 	e = getenv("UROCE_PCAP");
-	if (e && *e)
-		snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%s", e);
+	if (e && *e) {
+		/* "%p" becomes the PID, so that both ends can share one setting */
+		const char *p = strstr(e, "%p");
+		if (p)
+			snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%.*s%d%s", (int)(p - e), e, (int)getpid(), p + 2);
+		else
+			snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%s", e);
+	}
 	cfg->window = env_uint("UROCE_WINDOW", cfg->window);
 	if (cfg->window < 1)
 		cfg->window = 1;
 	if (cfg->window > 4096)
 		cfg->window = 4096;
-	cfg->fault_drop_tx = env_uint("UROCE_FAULT_DROP_TX", 0);
-	cfg->fault_drop_rx = env_uint("UROCE_FAULT_DROP_RX", 0);
+	parse_fault("UROCE_FAULT_DROP_TX", &cfg->fault_drop_tx, &cfg->fault_pct_tx);
+	parse_fault("UROCE_FAULT_DROP_RX", &cfg->fault_drop_rx, &cfg->fault_pct_rx);
+	cfg->fault_seed = env_uint("UROCE_FAULT_SEED", 1);
 	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
 	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
 	return 0;
@@ -135,8 +158,9 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
 	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
 	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
-	if (cfg->fault_drop_tx || cfg->fault_drop_rx)
-		fprintf(f, "  fault         drop every %u-th sent, %u-th received\n", cfg->fault_drop_tx, cfg->fault_drop_rx);
+	if (cfg->fault_drop_tx || cfg->fault_drop_rx || cfg->fault_pct_tx > 0 || cfg->fault_pct_rx > 0)
+		fprintf(f, "  fault         drop every %u-th sent (%.2f%%), %u-th received (%.2f%%)\n",
+			cfg->fault_drop_tx, cfg->fault_pct_tx, cfg->fault_drop_rx, cfg->fault_pct_rx);
 }
 
 static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -17,8 +17,11 @@ struct uroce_config {
 	enum ibv_mtu active_mtu; /* UROCE_MTU */
 	char pcap_path[256];     /* UROCE_PCAP */
 	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP */
-	unsigned fault_drop_tx;  /* UROCE_FAULT_DROP_TX: drop every Nth packet sent */
-	unsigned fault_drop_rx;  /* UROCE_FAULT_DROP_RX: drop every Nth packet received */
+	/* UROCE_FAULT_DROP_TX / _RX: "N" drops every N-th packet sent/received;
+	 * "P%" drops P percent at random from the seed UROCE_FAULT_SEED */
+	unsigned fault_drop_tx, fault_drop_rx;
+	double fault_pct_tx, fault_pct_rx;
+	unsigned fault_seed;
 	int log_level;           /* UROCE_LOG: 0 errors, 1 info, 2 debug */
 	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
 };

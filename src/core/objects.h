@@ -183,6 +183,8 @@ struct uroce_qp {
 	unsigned retry_left, rnr_left;
 	uint64_t timer_deadline;    /* ns, 0 = off (ACK timer or RNR wait) */
 	bool rnr_wait;
+	bool read_gap_asked;         /* a READ gap was re-requested; no more until progress */
+	uint32_t read_gap_psn;
 	bool sq_draining;           /* SQD requested */
 	bool sqd_event_pending;
 

@@ -14,6 +14,18 @@
 
 /* ------------------------------------------------------------ helpers */
 
+bool async_event_is_qp(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return true;
+	default:
+		return false;
+	}
+}
+
 void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
 {
 	struct uroce_context *uctx = to_uctx(qp->ibv.qp_base.context);
@@ -33,7 +45,6 @@ void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
 		uctx->async_cap = ncap;
 	}
 	uctx->async_q[uctx->async_n++] = ev;
-	qp->events_reported++;
 	pthread_mutex_unlock(&uctx->async_lock);
 	if (write(uctx->vctx.context.async_fd, &one, sizeof(one)) < 0)
 		LOG_ERR("uroce: async event write failed");
@@ -352,7 +363,16 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 		qp->srq->refcnt--;
 	pthread_mutex_unlock(&dev->lock);
 	pthread_mutex_unlock(&dev->rx_lock);
-	/* rdma-core: wait until every async event on the QP was acknowledged */
+	/* events never read are dropped with the QP (the kernel does so); those
+	 * read must be acknowledged first (rdma-core ibv_cmd_destroy_qp) */
+	struct uroce_context *uctx = to_uctx(ibqp->context);
+	pthread_mutex_lock(&uctx->async_lock);
+	unsigned k = 0;
+	for (unsigned i = 0; i < uctx->async_n; i++)
+		if (uctx->async_q[i].element.qp != ibqp || !async_event_is_qp(uctx->async_q[i].event_type))
+			uctx->async_q[k++] = uctx->async_q[i];
+	uctx->async_n = k;
+	pthread_mutex_unlock(&uctx->async_lock);
 	pthread_mutex_lock(&ibqp->mutex);
 	while (ibqp->events_completed != qp->events_reported)
 		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);

@@ -15,6 +15,7 @@ struct uroce_net *net_create(struct uroce_dev *dev)
 		return NULL;
 	net->dev = dev;
 	net->ops = &uroce_udp_ops;
+	atomic_init(&net->fault_rng, 0x9E3779B97F4A7C15ul ^ ((unsigned long)dev->cfg.fault_seed * 0xBF58476D1CE4E5B9ul));
 	rc = net->ops->open(net);
 	if (rc < 0) {
 		free(net);
@@ -49,9 +50,20 @@ void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
 	net->ops->flow_close(flow);
 }
 
-static bool fault_hit(atomic_uint *seq, unsigned every)
+static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, double pct)
 {
-	return every && (atomic_fetch_add_explicit(seq, 1, memory_order_relaxed) + 1) % every == 0;
+	if (every)
+		return (atomic_fetch_add_explicit(seq, 1, memory_order_relaxed) + 1) % every == 0;
+	if (pct <= 0)
+		return false;
+	/* a seeded xorshift: the same seed drops the same packet numbers */
+	unsigned long x = atomic_load_explicit(&net->fault_rng, memory_order_relaxed), y;
+	do {
+		y = x ^ (x << 13);
+		y ^= y >> 7;
+		y ^= y << 17;
+	} while (!atomic_compare_exchange_weak(&net->fault_rng, &x, y));
+	return (double)(y % 1000000) < pct * 10000.0;
 }
 
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
@@ -62,9 +74,9 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 	int k = 0;
 
 	/* fault injection: drop chosen packets before the socket (compacting) */
-	if (dev->cfg.fault_drop_tx) {
+	if (dev->cfg.fault_drop_tx || dev->cfg.fault_pct_tx > 0) {
 		for (int i = 0; i < n; i++) {
-			if (fault_hit(&net->fault_tx_seq, dev->cfg.fault_drop_tx)) {
+			if (fault_hit(net, &net->fault_tx_seq, dev->cfg.fault_drop_tx, dev->cfg.fault_pct_tx)) {
 				dev_count(dev, UC_drop_injected, 1);
 				continue;
 			}
@@ -105,10 +117,10 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		bytes += pkts[i].len;
 	dev_count(dev, UC_rx_packets, (uint64_t)n);
 	dev_count(dev, UC_rx_bytes, bytes);
-	if (dev->cfg.fault_drop_rx) {
+	if (dev->cfg.fault_drop_rx || dev->cfg.fault_pct_rx > 0) {
 		int k = 0;
 		for (int i = 0; i < n; i++) {
-			if (fault_hit(&net->fault_rx_seq, dev->cfg.fault_drop_rx)) {
+			if (fault_hit(net, &net->fault_rx_seq, dev->cfg.fault_drop_rx, dev->cfg.fault_pct_rx)) {
 				dev_count(dev, UC_drop_injected, 1);
 				continue;
 			}

@@ -52,6 +52,7 @@ struct uroce_net {
 	void *priv;
 	struct pcap_tap *pcap;
 	atomic_uint fault_tx_seq, fault_rx_seq;
+	atomic_ulong fault_rng;
 };
 
 struct uroce_net *net_create(struct uroce_dev *dev);

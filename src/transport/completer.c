@@ -24,6 +24,7 @@ static void progress_made(struct uroce_qp *qp)
 	qp->retry_left = qp->attr.retry_cnt;
 	qp->rnr_left = qp->attr.rnr_retry;
 	qp->timer_deadline = 0;
+	qp->read_gap_asked = false;
 }
 
 /* The oldest WQE not yet completed that has packets on the wire. */
@@ -51,10 +52,10 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 		if (psn_cmp(w->first_psn, psn) >= 0)
 			break;
 		if (is_rd_atomic(w)) {
-			/* only its own responses complete it; a PSN inside its range
-			 * is one of them */
+			/* only its own responses complete it and move una; a PSN
+			 * inside its range is one of them */
 			if (psn_cmp(psn, w->last_psn) <= 0)
-				break;
+				return true;
 			uint32_t resume = psn_add(w->first_psn, w->resp_bytes / qp->pmtu);
 			if (psn_cmp(resume, qp->una_psn) > 0)
 				qp->una_psn = resume;
@@ -130,8 +131,13 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			 * timer restarts them anyway */
 			if (qp->rnr_wait)
 				return;
+			uint32_t old_una = qp->una_psn;
 			if (!ack_before(qp, psn))
 				return;
+			/* the NAK acknowledged packets before it: forward progress
+			 * reloads the retry counter (§6.6) */
+			if (psn_cmp(qp->una_psn, old_una) > 0)
+				progress_made(qp);
 			if (qp->retry_left == 0) {
 				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
 				return;
@@ -162,6 +168,9 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	struct uroce_send_wqe *w = oldest_started(qp);
 	if (!w || w->opcode != IBV_WR_RDMA_READ || psn_cmp(psn, w->first_psn) < 0 ||
 	    psn_cmp(psn, w->last_psn) > 0) {
+		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x outside the oldest WQE (%s 0x%x..0x%x)", qp->qpn, psn,
+			w ? (w->opcode == IBV_WR_RDMA_READ ? "READ" : "not READ") : "none", w ? w->first_psn : 0,
+			w ? w->last_psn : 0);
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
 	}
@@ -169,15 +178,20 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	uint32_t expect_idx = w->resp_bytes / qp->pmtu;
 	if (idx != expect_idx) {
 		/* a response went missing: ask again from the first gap, once
-		 * per gap (the timer covers the rest) */
-		if (idx > expect_idx && psn_cmp(qp->snd_psn, psn_add(w->first_psn, expect_idx)) > 0) {
+		 * per gap -- the rest of the old stream is still arriving and
+		 * must not trigger more requests (the timer covers a lost retry) */
+		uint32_t gap = psn_add(w->first_psn, expect_idx);
+		if (idx > expect_idx && !(qp->read_gap_asked && qp->read_gap_psn == gap)) {
 			if (qp->retry_left == 0) {
 				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
 				return;
 			}
 			qp->retry_left--;
-			requester_rewind(qp, psn_add(w->first_psn, expect_idx));
+			qp->read_gap_asked = true;
+			qp->read_gap_psn = gap;
+			requester_rewind(qp, gap);
 		}
+		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x is #%u, expected #%u", qp->qpn, psn, idx, expect_idx);
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
 	}
@@ -233,6 +247,7 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	/* responses for PSNs never sent are bogus (§6.6: ignore what is not
 	 * outstanding) */
 	if (psn_cmp(pkt->psn, qp->max_psn) >= 0) {
+		LOG_DBG("uroce: qp 0x%x response psn 0x%x beyond anything sent (0x%x)", qp->qpn, pkt->psn, qp->max_psn);
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
 	}

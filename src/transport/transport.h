@@ -50,6 +50,7 @@ void qp_retire_sends(struct uroce_qp *qp);          /* deliver DONE WQEs in orde
 void qp_flush_queues(struct uroce_qp *qp);
 int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out);  /* 0 ok, -1 empty */
 void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type);
+bool async_event_is_qp(enum ibv_event_type t);
 
 /* cq.c */
 int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited);

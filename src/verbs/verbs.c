@@ -324,17 +324,22 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 	struct uroce_context *uctx = to_uctx(ctx);
 	uint64_t v;
 
-	if (read(ctx->async_fd, &v, sizeof(v)) != sizeof(v))
-		return -1;
-	pthread_mutex_lock(&uctx->async_lock);
-	if (!uctx->async_n) {
+	for (;;) {
+		/* blocks unless the application made the fd non-blocking */
+		if (read(ctx->async_fd, &v, sizeof(v)) != sizeof(v))
+			return -1;
+		pthread_mutex_lock(&uctx->async_lock);
+		if (uctx->async_n)
+			break;
+		/* the event's object was destroyed before it was read */
 		pthread_mutex_unlock(&uctx->async_lock);
-		errno = EAGAIN;
-		return -1;
 	}
 	*event = uctx->async_q[0];
 	memmove(uctx->async_q, uctx->async_q + 1, (uctx->async_n - 1) * sizeof(*event));
 	uctx->async_n--;
+	/* counted when read: destroy waits for exactly these acknowledgements */
+	if (async_event_is_qp(event->event_type))
+		to_uqp(event->element.qp)->events_reported++;
 	pthread_mutex_unlock(&uctx->async_lock);
 	return 0;
 }

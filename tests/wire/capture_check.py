@@ -84,7 +84,11 @@ WORKLOADS = [
      {0x0A, 0x11}),
     ('send_bw', ['ib_send_bw'] + PT + ['-n', '50', '-s', '2000'], 1024,
      {0x00, 0x02, 0x11}),
+    # IPv6 GIDs (§1.3): run in a private namespace, UROCE_ADDR=fd00:4791::1 / ::2
+    ('rc_pingpong_ipv6', ['ibv_rc_pingpong'] + PP + ['-s', '3000', '-n', '20', '-c'], 1024,
+     {0x00, 0x01, 0x02, 0x11}),
 ]
+IPV6_WORKLOADS = {'rc_pingpong_ipv6'}
 MUST_SEE = {
     'SEND': {0x00, 0x01, 0x02, 0x04}, 'WRITE': {0x06, 0x07, 0x08, 0x0A},
     'READ request': {0x0C}, 'READ response': {0x0D, 0x0E, 0x0F, 0x10},
@@ -123,6 +127,18 @@ def check_frame_rules(rf, pmtu, where, P):
             P.add(where, 'IPv4 header checksum wrong')
         if rf.udp_csum != 0:
             P.add(where, f'UDP checksum {rf.udp_csum:#06x} on IPv4, rxe sends 0 (§1.4)')
+    else:
+        ip = rf.ip
+        if ip[0] >> 4 != 6 or ip[6] != 17:
+            P.add(where, 'IPv6 version/next header wrong (§1.3)')
+        if rf.udp_csum:          # non-zero: must be correct (§1.4)
+            s = sum(struct.unpack('!16H', ip[8:40])) + 17 + rf.udp_len
+            udp = ip[40:] + (b'\0' if len(ip[40:]) % 2 else b'')
+            s += sum(struct.unpack('!%dH' % (len(udp) // 2), udp))
+            while s >> 16:
+                s = (s & 0xFFFF) + (s >> 16)
+            if s != 0xFFFF:
+                P.add(where, 'IPv6 UDP checksum is non-zero but wrong (§1.4)')
     if rf.eth_pad:
         P.add(where, f'{rf.eth_pad} bytes after the IP packet')
     if not rf.known:
@@ -214,6 +230,7 @@ def analyze(path, pmtu, P, label=None):
     ops = collections.Counter()
     parsed = []
     sport_of_qp = {}
+    seen = collections.Counter()
     for num, lt, data in frames:
         where = f'{label} frame {num}'
         try:
@@ -226,6 +243,7 @@ def analyze(path, pmtu, P, label=None):
             continue
         parsed.append((num, rf))
         ops[rf.opcode] += 1
+        seen[(rf.src, rf.dst, rf.dqpn, rf.psn, rf.opcode)] += 1
         # (b) ICRC
         ours = rw.icrc_trailer(rf.ip)
         if ours != rf.icrc_wire:
@@ -265,6 +283,10 @@ def analyze(path, pmtu, P, label=None):
         if (top, tqp, tpsn, tpad, tcrc) != want:
             P.add(where, f'tshark decode (opcode,qp,psn,pad,icrc)={(top, tqp, tpsn, tpad, hex(tcrc))} '
                   f'disagrees with ours {want[:4] + (hex(want[4]),)}')
+    # informational: the same request PSN twice = a retransmission (go-back-N)
+    again = sum(n - 1 for (_, _, _, _, op), n in seen.items() if op not in (0x11, 0x12) and n > 1)
+    if again:
+        ops['retransmitted'] = again
     return frames, ops, parsed
 
 
@@ -301,6 +323,13 @@ def cross_check(name, a_path, a_parsed, b_path, b_parsed, P):
 # --------------------------------------------------------------------------
 # running workloads
 
+def clean_env():
+    """The caller's environment minus UROCE_* settings that would move
+    addresses, change the MTU or window, or drop packets."""
+    return {k: v for k, v in os.environ.items()
+            if not (k.startswith('UROCE_') and k not in ('UROCE_LIB', 'UROCE_LOG', 'UROCE_SPIN_US'))}
+
+
 def free_port():
     s = socket.socket()
     s.bind(('127.0.0.1', 0))
@@ -309,8 +338,9 @@ def free_port():
     return p
 
 
-def listening(port):
-    for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+def listening(port, pid):
+    # /proc/PID/net: the network namespace of that process
+    for f in (f'/proc/{pid}/net/tcp', f'/proc/{pid}/net/tcp6'):
         try:
             for line in open(f).readlines()[1:]:
                 c = line.split()
@@ -333,29 +363,32 @@ def stop(p):
         pass
 
 
-def run_workload(launcher, name, argv, wd, bound):
+def run_workload(launcher, name, argv, wd, bound, netns=None):
+    """Server and client under the launcher, each with its own pcap.  With
+    netns, both run in that namespace with UROCE_ADDR = IPV6_ADDRS."""
     port = free_port()
     argv = argv + ['-p', str(port)]
     spcap, cpcap = os.path.join(wd, name + '.server.pcap'), os.path.join(wd, name + '.client.pcap')
     slog, clog = open(os.path.join(wd, name + '.server.log'), 'w'), open(os.path.join(wd, name + '.client.log'), 'w')
-    env = dict(os.environ)
-    env.pop('UROCE_ADDR', None)
-    env.pop('UROCE_FAULT_DROP_TX', None)
-    env.pop('UROCE_FAULT_DROP_RX', None)
+    env = clean_env()
+    senv, cenv = dict(env, UROCE_PCAP=spcap), dict(env, UROCE_PCAP=cpcap)
+    pre = []
+    if netns:
+        pre = ['ip', 'netns', 'exec', netns]
+        senv['UROCE_ADDR'], cenv['UROCE_ADDR'] = IPV6_ADDRS
     t0 = time.time()
-    srv = subprocess.Popen([launcher, 'run', '--'] + argv, stdout=slog, stderr=subprocess.STDOUT,
-                           env=dict(env, UROCE_PCAP=spcap), start_new_session=True)
+    srv = subprocess.Popen(pre + [launcher, 'run', '--'] + argv, stdout=slog, stderr=subprocess.STDOUT,
+                           env=senv, start_new_session=True)
     cli = None
     try:
-        while not listening(port):
+        while not listening(port, srv.pid):
             if srv.poll() is not None:
                 return f'server exited {srv.returncode} before listening'
             if time.time() - t0 > 20:
                 return 'server not listening after 20 s'
             time.sleep(0.05)
-        cli = subprocess.Popen([launcher, 'run', '--'] + argv + ['127.0.0.1'], stdout=clog,
-                               stderr=subprocess.STDOUT, env=dict(env, UROCE_PCAP=cpcap),
-                               start_new_session=True)
+        cli = subprocess.Popen(pre + [launcher, 'run', '--'] + argv + ['127.0.0.1'], stdout=clog,
+                               stderr=subprocess.STDOUT, env=cenv, start_new_session=True)
         deadline = t0 + bound
         while (cli.poll() is None or srv.poll() is None) and time.time() < deadline:
             time.sleep(0.05)
@@ -372,6 +405,24 @@ def run_workload(launcher, name, argv, wd, bound):
         clog.close()
 
 
+IPV6_ADDRS = ('fd00:4791::1', 'fd00:4791::2')   # ULA, only inside our own namespace
+
+
+def make_netns():
+    """A private network namespace with IPV6_ADDRS on its loopback, or None
+    (not root, no iproute2) - then the IPv6 workload is skipped."""
+    if os.geteuid() != 0 or not shutil.which('ip'):
+        return None
+    ns = f'uroce-wire6-{os.getpid()}'
+    cmds = [['ip', 'netns', 'add', ns], ['ip', '-n', ns, 'link', 'set', 'lo', 'up']]
+    cmds += [['ip', '-n', ns, 'addr', 'add', a + '/128', 'dev', 'lo', 'nodad'] for a in IPV6_ADDRS]
+    for c in cmds:
+        if subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+            subprocess.run(['ip', 'netns', 'del', ns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return None
+    return ns
+
+
 def tail(path, n=6):
     try:
         return ''.join(open(path).readlines()[-n:])
@@ -380,6 +431,16 @@ def tail(path, n=6):
 
 
 # --------------------------------------------------------------------------
+
+def opsummary(ops):
+    """Opcode counts summed over both pcaps (every packet appears twice:
+    sent in one, received in the other)."""
+    out = [f'{rw.OPCODES.get(o, ("0x%02x" % o,))[0]}={ops[o]}'
+           for o in sorted(o for o in ops if isinstance(o, int))]
+    if ops.get('retransmitted'):
+        out.append(f'(retransmitted requests seen: {ops["retransmitted"]})')
+    return ', '.join(out)
+
 
 def selftest():
     """The checker must flag a bad ICRC, a truncated frame, a wrong PadCnt and
@@ -426,6 +487,8 @@ def main():
     ap.add_argument('--pmtu', type=int, default=1024)
     ap.add_argument('--selftest', action='store_true')
     a = ap.parse_args()
+    # a ctest timeout sends SIGTERM: unwind so that children (and the netns) are cleaned up
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     if not shutil.which('tshark'):
         print('SKIP: tshark not installed')
@@ -435,8 +498,7 @@ def main():
     if a.analyze:
         P = Problems()
         _, ops, parsed = analyze(a.analyze, a.pmtu, P)
-        print(f'{len(parsed)} frames, opcodes ' + ', '.join(f'{rw.OPCODES.get(o, ("?",))[0]}={n}'
-                                                          for o, n in sorted(ops.items())))
+        print(f'{len(parsed)} frames: ' + opsummary(ops))
         return 1 if P.items else 0
     if not a.launcher or not os.access(a.launcher, os.X_OK):
         print(f'SKIP: launcher {a.launcher} missing')
@@ -449,13 +511,26 @@ def main():
 
     if selftest():
         return 1
+    netns = make_netns() if any(w[0] in IPV6_WORKLOADS for w in workloads) else None
+    try:
+        return run_all(a, workloads, netns)
+    finally:
+        if netns:
+            subprocess.run(['ip', 'netns', 'del', netns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_all(a, workloads, netns):
     wd = tempfile.mkdtemp(prefix='wire_capture.')
     P = Problems()
     all_ops = collections.Counter()
     total = 0
     for name, argv, pmtu, must in workloads:
         t = time.time()
-        err = run_workload(a.launcher, name, argv, wd, a.bound)
+        nprob = len(P.items)
+        if name in IPV6_WORKLOADS and not netns:
+            print(f'note {name}: skipped (needs root and iproute2 for a private network namespace)')
+            continue
+        err = run_workload(a.launcher, name, argv, wd, a.bound, netns if name in IPV6_WORKLOADS else None)
         if err:
             P.add(name, f'workload failed: {err}\n--- server log:\n{tail(os.path.join(wd, name + ".server.log"))}'
                   f'--- client log:\n{tail(os.path.join(wd, name + ".client.log"))}')
@@ -473,18 +548,19 @@ def main():
         if len(res) == 2:
             cross_check(name, res['server'][0], res['server'][1], res['client'][0], res['client'][1], P)
             ops = res['server'][2] + res['client'][2]
-            missing = must - set(ops)
+            missing = must - set(k for k in ops if isinstance(k, int))
             if missing:
                 P.add(name, 'expected opcodes not seen: ' + ', '.join(rw.OPCODES[o][0] for o in sorted(missing)))
-            print(f'ok   {name}: {len(res["server"][1])} + {len(res["client"][1])} frames in '
-                  f'{time.time() - t:.1f} s; ' + ', '.join(f'{rw.OPCODES.get(o, ("?",))[0]}={n}'
-                                                         for o, n in sorted(ops.items())), flush=True)
+            print(f'{"ok  " if len(P.items) == nprob else "FAIL"} {name}: '
+                  f'{len(res["server"][1])} + {len(res["client"][1])} frames in '
+                  f'{time.time() - t:.1f} s; ' + opsummary(ops), flush=True)
     if not a.only:
         for what, codes in MUST_SEE.items():
             if not codes <= set(all_ops):
                 P.add('sanity', f'{what}: opcodes ' + ', '.join(rw.OPCODES[o][0] for o in sorted(codes - set(all_ops)))
                       + ' never seen')
-    print(f'summary: {len(workloads)} workloads, {total} frames, {len(all_ops)} distinct opcodes, '
+    print(f'summary: {len(workloads)} workloads, {total} frames, '
+          f'{len([o for o in all_ops if isinstance(o, int)])} distinct opcodes, '
           f'{len(P.items)} problem(s)')
     if P.items or a.keep:
         print(f'pcaps and logs kept in {wd}')

@@ -19,7 +19,8 @@
  *   READY gid=A.B.C.D pid=N mr_va=0x.. mr_rkey=0x.. mr_len=4096 recv_len=N
  *         qpns=0x..,0x.. init_qpn=0x.. ud_qpn=0x..
  * then commands on stdin, one per line, each answered and ended by "END":
- *   poll            WC qp=0x.. wr_id=N status=N opcode=N len=N flags=N imm=0x.. data=HEX(<=64 B)
+ *   poll            WC qp=0x.. wr_id=N status=N opcode=N len=N flags=N imm=0x.. src_qp=0x..
+ *                      data=HEX(first <=64 bytes of the receive buffer)
  *                   (successful receives are reposted)
  *   mem             MEM guard=ok|bad@OFF data=HEX(4096 B)
  *   state           STATE qp=0x.. state=N  (every QP)
@@ -150,9 +151,9 @@ static void cmd_poll(void)
 		for (int i = 0; i < n; i++) {
 			int q = (int)(wc[i].wr_id >> 32);
 			unsigned k = (unsigned)(wc[i].wr_id & 0xFFFFFFFF);
-			printf("WC qp=0x%x wr_id=%llu status=%d opcode=%d len=%u flags=%u imm=0x%08x data=",
+			printf("WC qp=0x%x wr_id=%llu status=%d opcode=%d len=%u flags=%u imm=0x%08x src_qp=0x%x data=",
 			       wc[i].qp_num, (unsigned long long)wc[i].wr_id, wc[i].status, wc[i].opcode,
-			       wc[i].byte_len, wc[i].wc_flags, ntohl(wc[i].imm_data));
+			       wc[i].byte_len, wc[i].wc_flags, ntohl(wc[i].imm_data), wc[i].src_qp);
 			bool is_recv = wc[i].opcode & IBV_WC_RECV;
 			if (wc[i].status == IBV_WC_SUCCESS && is_recv && q <= nqp && k < RQ_DEPTH) {
 				hex(recv_slot(q, k), wc[i].byte_len < 64 ? wc[i].byte_len : 64);
