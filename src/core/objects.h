@@ -180,6 +180,7 @@ struct uroce_qp {
 	uint32_t una_psn;           /* oldest unacknowledged PSN */
 	uint32_t max_psn;           /* highest PSN ever sent + 1 */
 	uint32_t rd_atomic_out;     /* READ/atomic requests awaiting responses */
+	uint32_t cwnd, ssthresh, cwnd_acc;  /* congestion window, packets (requester.c) */
 	unsigned retry_left, rnr_left;
 	uint64_t timer_deadline;    /* ns, 0 = off (ACK timer or RNR wait) */
 	bool rnr_wait;

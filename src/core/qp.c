@@ -563,6 +563,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		case IBV_QPS_RTS:
 			if (cur == IBV_QPS_RTR) {
 				qp->snd_psn = qp->una_psn = qp->max_psn = qp->attr.sq_psn;
+				qp->cwnd = qp->ssthresh = dev->cfg.window;
+				qp->cwnd_acc = 0;
 			}
 			qp->retry_left = qp->attr.retry_cnt;
 			qp->rnr_left = qp->attr.rnr_retry;

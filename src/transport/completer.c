@@ -18,8 +18,10 @@ static bool is_rd_atomic(const struct uroce_send_wqe *w)
 	       w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-static void progress_made(struct uroce_qp *qp)
+static void progress_made(struct uroce_qp *qp, uint32_t old_una)
 {
+	if (psn_cmp(qp->una_psn, old_una) > 0)
+		requester_cwnd_progress(qp, (uint32_t)psn_cmp(qp->una_psn, old_una));
 	/* forward progress reloads both retry counters (§6.6) */
 	qp->retry_left = qp->attr.retry_cnt;
 	qp->rnr_left = qp->attr.rnr_retry;
@@ -99,8 +101,11 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			dev_count(qp->dev, UC_dup_responses, 1);
 			return;
 		}
-		if (ack_before(qp, psn_add(psn, 1)))
-			progress_made(qp);
+		{
+			uint32_t old_una = qp->una_psn;
+			if (ack_before(qp, psn_add(psn, 1)))
+				progress_made(qp, old_una);
+		}
 		break;
 	case AETH_RNR_NAK: {
 		dev_count(qp->dev, UC_rnr_naks_rx, 1);
@@ -137,12 +142,13 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			/* the NAK acknowledged packets before it: forward progress
 			 * reloads the retry counter (§6.6) */
 			if (psn_cmp(qp->una_psn, old_una) > 0)
-				progress_made(qp);
+				progress_made(qp, old_una);
 			if (qp->retry_left == 0) {
 				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
 				return;
 			}
 			qp->retry_left--;
+			requester_cwnd_loss(qp, false);
 			requester_rewind(qp, psn);
 			qp->timer_deadline = 0;
 			break;
@@ -189,6 +195,7 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			qp->retry_left--;
 			qp->read_gap_asked = true;
 			qp->read_gap_psn = gap;
+			requester_cwnd_loss(qp, false);
 			requester_rewind(qp, gap);
 		}
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x is #%u, expected #%u", qp->qpn, psn, idx, expect_idx);
@@ -204,8 +211,9 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	seg_copy_to(w->seg, w->nseg, off, pkt->payload, pkt->paylen);
 	w->resp_bytes += pkt->paylen;
+	uint32_t old_una = qp->una_psn;
 	qp->una_psn = psn_add(psn, 1);
-	progress_made(qp);
+	progress_made(qp, old_una);
 	/* end of a chunk request (§6.3: one READ request per chunk) */
 	if ((pkt->mask & OPF_LAST) && qp->rd_atomic_out)
 		qp->rd_atomic_out--;
@@ -233,10 +241,11 @@ static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	uint64_t orig = atmack_orig(pkt->bth + opinfo(pkt->opcode)->off_atmack);
 	seg_copy_to(w->seg, w->nseg, 0, (const uint8_t *)&orig, 8);
 	w->resp_bytes = 8;
+	uint32_t old_una = qp->una_psn;
 	qp->una_psn = psn_add(psn, 1);
 	if (qp->rd_atomic_out)
 		qp->rd_atomic_out--;
-	progress_made(qp);
+	progress_made(qp, old_una);
 	qp_complete_send(qp, w, IBV_WC_SUCCESS);
 }
 
@@ -292,6 +301,7 @@ void completer_timer(struct uroce_qp *qp, uint64_t now)
 		return;
 	}
 	qp->retry_left--;
+	requester_cwnd_loss(qp, true);
 	requester_rewind(qp, qp->una_psn);
 	requester_run(qp);
 	requester_arm_timer(qp);

@@ -2,17 +2,52 @@
  *
  * PSNs are assigned when a WQE first goes out and never change, so a
  * go-back-N restart (§6.6) only moves sq_send/next_pkt back and resends the
- * same packets.  An RDMA READ is asked for in chunks of at most `window`
+ * same packets.  An RDMA READ is asked for in chunks of READ_CHUNK_PKTS
  * response packets, each its own READ request at the PSN of its first
- * response (§6.3), so that responses never overrun the receive path; each
- * chunk counts against max_rd_atomic. */
+ * response (§6.3), so that responses never overrun the receive path and a
+ * lost response costs at most one chunk again; each chunk counts against
+ * max_rd_atomic.
+ *
+ * How many packets may be unacknowledged is the QP's congestion window
+ * (cwnd, at most UROCE_WINDOW): halved on every loss signal, grown again as
+ * ACKs arrive.  Go-back-N resends the whole window after a loss, so under
+ * loss a small window is what keeps the retransmissions (and the peer's
+ * duplicate work) bounded. */
 #include "transport.h"
 #include "hdr.h"
 #include "tx.h"
 
+#define READ_CHUNK_PKTS 32u
+
 static uint32_t qp_window(const struct uroce_qp *qp)
 {
-	return qp->dev->cfg.window;
+	return qp->cwnd ? qp->cwnd : qp->dev->cfg.window;
+}
+
+void requester_cwnd_loss(struct uroce_qp *qp, bool timeout)
+{
+	uint32_t w = qp_window(qp);
+	qp->ssthresh = w / 2 > 4 ? w / 2 : 4;
+	qp->cwnd = timeout ? 4 : qp->ssthresh;
+	qp->cwnd_acc = 0;
+}
+
+void requester_cwnd_progress(struct uroce_qp *qp, uint32_t acked)
+{
+	uint32_t max = qp->dev->cfg.window;
+	if (!qp->cwnd)
+		return;
+	if (qp->cwnd < qp->ssthresh) {
+		qp->cwnd += acked;  /* slow start */
+	} else {
+		qp->cwnd_acc += acked;  /* one packet per window acknowledged */
+		while (qp->cwnd_acc >= qp->cwnd) {
+			qp->cwnd_acc -= qp->cwnd;
+			qp->cwnd++;
+		}
+	}
+	if (qp->cwnd > max)
+		qp->cwnd = max;
 }
 
 static bool wqe_is_read(const struct uroce_send_wqe *w) { return w->opcode == IBV_WR_RDMA_READ; }
@@ -23,7 +58,8 @@ static bool wqe_is_atomic(const struct uroce_send_wqe *w)
 
 static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
 {
-	return qp_window(qp);
+	uint32_t w = qp->dev->cfg.window;
+	return w < READ_CHUNK_PKTS ? w : READ_CHUNK_PKTS;
 }
 
 static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
@@ -112,9 +148,13 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		uint32_t off = i * qp->pmtu;
 		uint32_t len = (i == n - 1) ? w->length - off : qp->pmtu;
 		bool last = i == n - 1;
-		/* AckReq: on every last packet (rxe ACKs only what asks, §6.5) and
-		 * every quarter window inside long messages; never on UC (§6.7). */
-		bool ackreq = rc && (last || (i % (qp_window(qp) / 4 + 1)) == (qp_window(qp) / 4));
+		/* AckReq: on every last packet (rxe ACKs only what asks, §6.5),
+		 * every quarter window inside long messages, and on the packet
+		 * that fills the window -- otherwise the sender could stop with
+		 * nothing left that asks for an ACK; never on UC (§6.7). */
+		uint32_t every = qp_window(qp) / 4 + 1;
+		bool ackreq = rc && (last || i % every == every - 1 ||
+				     psn_cmp(psn, qp->una_psn) + 1 >= (int32_t)qp_window(qp));
 		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
 		if (oi->off_reth)

@@ -31,6 +31,9 @@ void requester_run(struct uroce_qp *qp);
 void requester_rewind(struct uroce_qp *qp, uint32_t psn);
 /* (Re)arm the local ACK timer when requests are outstanding (§6.6). */
 void requester_arm_timer(struct uroce_qp *qp);
+/* Congestion window: a loss signal (NAK, READ gap, timeout) and progress. */
+void requester_cwnd_loss(struct uroce_qp *qp, bool timeout);
+void requester_cwnd_progress(struct uroce_qp *qp, uint32_t acked);
 /* Build and send one packet of a responder-generated kind (ACK, NAK, READ
  * response, atomic ACK) from `hdr` (BTH..ext headers) + payload segments. */
 int transport_send_response(struct uroce_qp *qp, uint8_t *hdr, uint32_t hdrlen,

@@ -35,6 +35,7 @@ Exit 0 pass, 1 fail (frame numbers printed), 77 if a tool is missing.
 import argparse
 import collections
 import os
+import re
 import shutil
 import signal
 import socket
@@ -217,9 +218,10 @@ def _run_tshark(path):
     return r.returncode, err, rows
 
 
-def analyze(path, pmtu, P, label=None):
-    """All per-frame checks on one pcap.  Returns (frames, Counter of opcodes,
-    list of RoceFrame)."""
+def analyze(path, pmtu, P, label=None, own=None):
+    """All per-frame checks on one pcap; with `own` (the capturing process's
+    address, bytes) also the per-connection checks.  Returns (frames, Counter
+    of opcodes, list of (frame number, RoceFrame))."""
     label = label or os.path.basename(path)
     frames = list(rw.read_pcap(path))
     rc, err, rows = run_tshark(path)
@@ -284,30 +286,162 @@ def analyze(path, pmtu, P, label=None):
             P.add(where, f'tshark decode (opcode,qp,psn,pad,icrc)={(top, tqp, tpsn, tpad, hex(tcrc))} '
                   f'disagrees with ours {want[:4] + (hex(want[4]),)}')
     # informational: the same request PSN twice = a retransmission (go-back-N)
-    again = sum(n - 1 for (_, _, _, _, op), n in seen.items() if op not in (0x11, 0x12) and n > 1)
+    again = sum(n - 1 for (_, _, _, _, op), n in seen.items() if op in REQUESTS and n > 1)
     if again:
         ops['retransmitted'] = again
+    if own:
+        flow_checks(parsed, pmtu, label, P, own)
     return frames, ops, parsed
 
 
-def cross_check(name, a_path, a_parsed, b_path, b_parsed, P):
-    """What B received from A must be byte-identical to something A sent."""
-    def addr_of(parsed):
-        c = collections.Counter()
-        for _, rf in parsed:
-            c[rf.src] += 1
-        return c
+REQUESTS = set(range(0x00, 0x0D)) | {0x13, 0x14, 0x16, 0x17} | set(range(0x20, 0x2C))
+RESPONSES = set(range(0x0D, 0x13))
 
-    for (rpath, rparsed, spath, sparsed) in ((a_path, a_parsed, b_path, b_parsed),
-                                             (b_path, b_parsed, a_path, a_parsed)):
-        srcs = addr_of(sparsed)
-        if not srcs:
+
+def psn_cmp(a, b):
+    d = (a - b) & 0xFFFFFF
+    return d - 0x1000000 if d & 0x800000 else d
+
+
+def flow_checks(parsed, pmtu, label, P, own):
+    """Per-connection rules over what the capturing process (address `own`)
+    sent - what it received may have lost packets - in one pcap:
+    request PSNs consecutive, a READ consuming ceil(len/PMTU) PSNs (§6.3),
+    retransmissions only going back (§6.6); FIRST/MIDDLE/LAST order and WRITE
+    bytes = RETH DMA length (§7); AckReq on every RC SEND/WRITE LAST/ONLY,
+    not on UC (§6.5, §6.7); SE only on LAST/ONLY (§2.1); READ response PSNs
+    and lengths, atomic ACK PSNs (§6.3); ACK PSNs never beyond what was sent,
+    MSN never going backwards (§5.4)."""
+    req = {}                    # (src, dst, dqpn) -> state
+    reads = collections.defaultdict(dict)      # (src, dst) -> {first psn: (n, len)}
+    atomics = collections.defaultdict(set)     # (src, dst) -> {psn}
+    last_req = {}                              # (src, dst) -> last request PSN sent
+    msn = {}
+    answered = collections.defaultdict(set)    # (src, dst) -> READ response PSNs we sent
+    for num, rf in parsed:
+        where = f'{label} frame {num}'
+        op = rf.opcode
+        if op not in rw.OPCODES or rf.paylen < 0:
+            continue                    # already reported by the per-frame checks
+        name = rw.OPCODES[op][0]
+        pos = [p for p in ('FIRST', 'MIDDLE', 'LAST', 'ONLY') if p in name.split('_')]
+        pos = pos[0] if pos else 'ONLY'
+        if op in REQUESTS:
+            key = (rf.src, rf.dst, rf.dqpn)
+            if rf.src != own:
+                # received: only remember what responses may refer to
+                last = rf.psn
+                if op == 0x0C:
+                    length = struct.unpack('!I', rf.ext[12:16])[0]
+                    reads[(rf.src, rf.dst)][rf.psn] = (max(1, -(-length // pmtu)), length)
+                    last = psn_add(rf.psn, max(1, -(-length // pmtu)) - 1)
+                k2 = (rf.src, rf.dst)           # the highest request PSN seen (duplicates go back)
+                if k2 not in last_req or psn_cmp(last, last_req[k2]) > 0:
+                    last_req[k2] = last
+                if op in (0x13, 0x14):
+                    atomics[(rf.src, rf.dst)].add(rf.psn)
+                continue
+            st = req.setdefault(key, {'next': rf.psn, 'kind': None, 'left': None, 'restarted': False})
+            d = psn_cmp(rf.psn, st['next'])
+            if d > 0:
+                P.add(where, f'{name} PSN {rf.psn:#x} skips ahead of the next PSN {st["next"]:#x} (§6.3)')
+            elif d < 0:
+                st['restarted'] = True          # go-back-N retransmission (§6.6)
+            kind = 'SEND' if 'SEND' in name else 'WRITE' if 'WRITE' in name else None
+            if kind:
+                if pos in ('FIRST', 'ONLY'):
+                    if st['kind'] and not st['restarted']:
+                        P.add(where, f'{name} starts a message while a {st["kind"]} is in progress (§7)')
+                    st['restarted'] = False
+                    st['kind'] = kind if pos == 'FIRST' else None
+                    if kind == 'WRITE':
+                        dmalen = struct.unpack('!I', rf.ext[12:16])[0]
+                        st['left'] = dmalen - rf.paylen
+                        if pos == 'ONLY' and st['left'] != 0:
+                            P.add(where, f'{name} carries {rf.paylen} bytes, RETH DMA length {dmalen} (§7)')
+                else:
+                    if not st['restarted']:
+                        if st['kind'] != kind:
+                            P.add(where, f'{name} without a {kind} FIRST before it (§7)')
+                        elif kind == 'WRITE' and st['left'] is not None:
+                            st['left'] -= rf.paylen
+                            if pos == 'LAST' and st['left'] != 0:
+                                P.add(where, f'WRITE message bytes differ from the RETH DMA length by '
+                                      f'{-st["left"]} (§7)')
+                    if pos == 'LAST':
+                        st['kind'] = None
+                        st['restarted'] = False
+                if pos in ('LAST', 'ONLY'):
+                    if op < 0x20 and not rf.ackreq:
+                        P.add(where, f'RC {name} without AckReq: rxe would never ACK it (§6.5)')
+                    if op >= 0x20 and rf.ackreq:
+                        P.add(where, f'UC {name} with AckReq set (§6.7: send 0)')
+                elif rf.se:
+                    P.add(where, f'{name} with SE set on a non-final packet (§2.1)')
+            n = 1
+            if op == 0x0C:
+                length = struct.unpack('!I', rf.ext[12:16])[0]
+                n = max(1, -(-length // pmtu))
+                reads[(rf.src, rf.dst)][rf.psn] = (n, length)
+            if op in (0x13, 0x14):
+                atomics[(rf.src, rf.dst)].add(rf.psn)
+            st['next'] = psn_add(rf.psn, n)
+        elif op in RESPONSES and rf.src == own:
+            back = (rf.dst, rf.src)
+            if op in (0x0D, 0x0E, 0x0F, 0x10):
+                hit = None
+                for p0, (n, length) in reads[back].items():
+                    i = psn_cmp(rf.psn, p0)
+                    if 0 <= i < n:
+                        hit = (p0, n, length, i)
+                if not hit:
+                    P.add(where, f'{name} PSN {rf.psn:#x} matches no READ request (§6.3)')
+                else:
+                    p0, n, length, i = hit
+                    answered[back].add(rf.psn)
+                    want = pmtu if i < n - 1 else length - (n - 1) * pmtu
+                    ok_ops = {0x10} if n == 1 else ({0x0D} if i == 0 else {0x0E, 0x0F} if i < n - 1 else {0x0F})
+                    if op not in ok_ops:
+                        P.add(where, f'{name} as packet {i + 1} of a {n}-packet READ response (§7)')
+                    if rf.paylen != want:
+                        P.add(where, f'{name} packet {i + 1}/{n} carries {rf.paylen} bytes, want {want} (§7)')
+            elif op == 0x12 and rf.psn not in atomics[back]:
+                P.add(where, f'ATOMIC_ACKNOWLEDGE PSN {rf.psn:#x} matches no atomic request (§6.3)')
+            if back in last_req and psn_cmp(rf.psn, last_req[back]) > 0:
+                P.add(where, f'{name} PSN {rf.psn:#x} beyond the highest request PSN received, '
+                      f'{last_req[back]:#x}')
+            if op != 0x0E:
+                m = struct.unpack('!I', rf.ext[:4])[0] & 0xFFFFFF
+                key = (rf.src, rf.dst, rf.dqpn)
+                if key in msn and psn_cmp(m, msn[key]) < 0:
+                    P.add(where, f'{name} MSN {m} went backwards from {msn[key]} (§5.4)')
+                msn[key] = m
+    # every READ request we received was answered with all its packets (§6.3)
+    for back, rq in reads.items():
+        if back[1] != own:
             continue
-        sender = srcs.most_common(1)[0][0]   # the sender's own address dominates
-        sent = collections.Counter(rf.udp_payload for _, rf in sparsed if rf.src == sender)
+        for p0, (n, length) in rq.items():
+            miss = [psn_add(p0, i) for i in range(n) if psn_add(p0, i) not in answered[back]]
+            if miss:
+                P.add(label, f'READ request PSN {p0:#x} ({length} bytes): response PSNs '
+                      f'{", ".join(hex(x) for x in miss[:4])} never sent')
+
+
+def psn_add(a, n):
+    return (a + n) & 0xFFFFFF
+
+
+def cross_check(name, a_path, a_parsed, a_own, b_path, b_parsed, b_own, P):
+    """Everything one side received from the other is byte-identical to a
+    packet the other side sent (UDP payload, BTH to ICRC); nothing is
+    invented, and on loopback nothing should be lost."""
+    for (spath, sparsed, sown, rpath, rparsed) in ((a_path, a_parsed, a_own, b_path, b_parsed),
+                                                  (b_path, b_parsed, b_own, a_path, a_parsed)):
+        sent = collections.Counter(rf.udp_payload for _, rf in sparsed if rf.src == sown)
+        nsent = sum(sent.values())
         got = 0
         for num, rf in rparsed:
-            if rf.src != sender:
+            if rf.src != sown:
                 continue
             got += 1
             if sent[rf.udp_payload] <= 0:
@@ -316,8 +450,30 @@ def cross_check(name, a_path, a_parsed, b_path, b_parsed, P):
                       '(corrupted in transit or in the pcap tap)')
             else:
                 sent[rf.udp_payload] -= 1
-        if got == 0:
-            P.add(name, f'{os.path.basename(rpath)} shows nothing received from the other side')
+        if nsent == 0:
+            P.add(name, f'{os.path.basename(spath)} shows nothing sent by its own address')
+        elif got < nsent:
+            print(f'note {name}: {nsent - got} of {nsent} packets sent by {os.path.basename(spath)} '
+                  'never reached the other side (loss; retransmission covers it)')
+
+
+def own_address(log):
+    """The capturing process's own address from the program's output:
+    ibv_*_pingpong 'local address: ... GID ::ffff:a.b.c.d' or perftest
+    'local address: ...' followed by 'GID: 00:...:255:255:a:b:c:d'."""
+    try:
+        text = open(log).read()
+    except OSError:
+        return None
+    m = re.search(r'local address:.*?GID:? *(\S+)', text, re.S)
+    if not m:
+        return None
+    g = m.group(1).rstrip(',')
+    if g.count(':') == 15 and '.' not in g:                     # perftest: 16 decimal bytes
+        raw = bytes(int(x) for x in g.split(':'))
+    else:
+        raw = socket.inet_pton(socket.AF_INET6, g)
+    return raw[12:] if raw[:12] == b'\0' * 10 + b'\xff\xff' else raw
 
 
 # --------------------------------------------------------------------------
@@ -485,6 +641,7 @@ def main():
     ap.add_argument('--bound', type=int, default=60, help='seconds per workload')
     ap.add_argument('--analyze', help='only check this pcap')
     ap.add_argument('--pmtu', type=int, default=1024)
+    ap.add_argument('--own', help='with --analyze: the capturing process\'s IP address')
     ap.add_argument('--selftest', action='store_true')
     a = ap.parse_args()
     # a ctest timeout sends SIGTERM: unwind so that children (and the netns) are cleaned up
@@ -497,7 +654,8 @@ def main():
         return selftest()
     if a.analyze:
         P = Problems()
-        _, ops, parsed = analyze(a.analyze, a.pmtu, P)
+        own = socket.inet_pton(socket.AF_INET6 if ':' in a.own else socket.AF_INET, a.own) if a.own else None
+        _, ops, parsed = analyze(a.analyze, a.pmtu, P, own=own)
         print(f'{len(parsed)} frames: ' + opsummary(ops))
         return 1 if P.items else 0
     if not a.launcher or not os.access(a.launcher, os.X_OK):
@@ -538,15 +696,19 @@ def run_all(a, workloads, netns):
         res = {}
         for side in ('server', 'client'):
             path = os.path.join(wd, f'{name}.{side}.pcap')
+            own = own_address(os.path.join(wd, f'{name}.{side}.log'))
+            if own is None:
+                P.add(name, f'{side}: cannot find the local GID in the program output')
             if not os.path.exists(path):
                 P.add(name, f'{side} wrote no pcap')
                 continue
-            frames, ops, parsed = analyze(path, pmtu, P)
-            res[side] = (path, parsed, ops)
+            frames, ops, parsed = analyze(path, pmtu, P, own=own)
+            res[side] = (path, parsed, ops, own)
             all_ops.update(ops)
             total += len(frames)
         if len(res) == 2:
-            cross_check(name, res['server'][0], res['server'][1], res['client'][0], res['client'][1], P)
+            cross_check(name, res['server'][0], res['server'][1], res['server'][3],
+                        res['client'][0], res['client'][1], res['client'][3], P)
             ops = res['server'][2] + res['client'][2]
             missing = must - set(k for k in ops if isinstance(k, int))
             if missing:

@@ -311,15 +311,7 @@ class Hostile:
         if sends:
             sends()
             n += n_extra
-        # wait until the target has read them all
-        deadline = time.time() + 5
-        while True:
-            after = t.stat()
-            if after['rx_packets'] - before['rx_packets'] >= n or time.time() > deadline:
-                break
-            time.sleep(0.02)
-        got = self.peer.recv_all(0.15 + 0.05 * len(responses))
-        after = t.stat()
+        got, after = self.settle(before, n, len(responses))
         delta = {k: after[k] - before.get(k, 0) for k in after}
         ok = True
         xfail = known_bug is not None and not STRICT
@@ -392,6 +384,26 @@ class Hostile:
               f'{len(got)} response(s)' + (f'  [known bug {known_bug} fixed? drop the tag]'
                                            if ok and known_bug else ''), flush=True)
         return ok
+
+    def settle(self, before, n, nresp, bound=10.0):
+        """Wait until the target has read all n datagrams, its counters have
+        stopped moving, and every datagram it sent (tx_packets) has reached
+        the peer - at least nresp of them; then a little longer for extras."""
+        t = self.t
+        got = []
+        start = time.time()
+        prev = None
+        while True:
+            got += self.peer.recv_all(0.03)
+            cur = t.stat()
+            txd = cur['tx_packets'] - before['tx_packets']
+            done = (cur['rx_packets'] - before['rx_packets'] >= n and cur == prev and
+                    len(got) >= min(nresp, txd) and len(got) >= txd and time.time() - start > 0.1)
+            if done or time.time() - start > bound:
+                break
+            prev = cur
+        got += self.peer.recv_all(0.1)
+        return got, t.stat()
 
     def probe(self, why=''):
         """A normal SEND_ONLY on QP 0 must be ACKed and completed."""
@@ -820,9 +832,10 @@ class Hostile:
         base = self.wire(self.send_only(0, b'mutation target payload ' * 3))
         for _ in range(n_mut):
             d = bytearray(base)
-            for _ in range(rng.randrange(1, 4)):
-                pos = rng.choice([p for p in range(len(d)) if p != 4])      # byte 4 is masked
-                d[pos] ^= 1 << rng.randrange(8)
+            # 1-3 distinct bits; BTH byte 4 is masked out of the ICRC (§4.2)
+            bits = [b for b in range(len(d) * 8) if b // 8 != 4]
+            for b in rng.sample(bits, rng.randrange(1, 4)):
+                d[b // 8] ^= 1 << (b % 8)
             dgs.append(bytes(d))
         srcs = []
         for _ in range(n_src):
@@ -834,14 +847,7 @@ class Hostile:
         for s in srcs:
             self.peer.send(bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300))), src_ip=s,
                            sport=rng.randrange(1024, 65536))
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            after = self.t.stat()
-            if after['rx_packets'] - before['rx_packets'] >= total:
-                break
-            time.sleep(0.05)
-        got = self.peer.recv_all(0.3)
-        after = self.t.stat()
+        got, after = self.settle(before, total, 0, bound=20.0)
         delta = {k: after[k] - before[k] for k in after}
         drops = sum(delta[k] for k in DROPS)
         moved = ', '.join(f'{k}+{v}' for k, v in sorted(delta.items()) if v and k not in ('rx_bytes', 'tx_bytes'))
@@ -889,8 +895,19 @@ def main():
         if not os.access(p, os.X_OK):
             print(f'SKIP: {p} missing')
             return SKIP
-    rng = random.Random(a.seed)
-    peer_ip = '127.200.%d.%d' % (rng.randrange(1, 255), rng.randrange(1, 255))
+    # the fake peer's address: free 127.200.x.y (outside uroce's 127.64.0.0/10),
+    # picked per run so that parallel runs do not collide
+    prng = random.Random(os.getpid() ^ int(time.time() * 1000))
+    for _ in range(100):
+        peer_ip = '127.200.%d.%d' % (prng.randrange(1, 255), prng.randrange(1, 255))
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.bind((peer_ip, rw.ROCE_PORT))
+            break
+        except OSError:
+            continue
+        finally:
+            probe.close()
     print(f'seed {a.seed}, fake peer {peer_ip}')
     t = None
     try:
