@@ -9,6 +9,7 @@
 #include <time.h>
 
 struct uroce_net;
+struct uroce_rxpkt;
 
 struct uroce_config {
 	uint8_t gids[UROCE_MAX_GIDS][16];
@@ -48,6 +49,7 @@ struct uroce_dev {
 	atomic_bool stop;
 	atomic_bool sleeping;
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
+	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
 };
 

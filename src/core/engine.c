@@ -6,6 +6,7 @@
 #include "../verbs/ops.h"
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -40,7 +41,7 @@ static void run_timers(struct uroce_dev *dev, uint64_t now)
  * of packets handled.  Caller holds no lock. */
 static int progress_locked(struct uroce_dev *dev, int budget)
 {
-	struct uroce_rxpkt pkts[UROCE_RX_BATCH];
+	struct uroce_rxpkt *pkts = dev->rx_pkts; /* owned under rx_lock */
 	int done = 0;
 
 	while (done < budget) {
@@ -174,6 +175,9 @@ int engine_start(struct uroce_dev *dev)
 	int rc;
 
 	atomic_store(&dev->timer_next, UINT64_MAX);
+	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
+	if (!dev->rx_pkts)
+		return -ENOMEM;
 	dev->epfd = epoll_create1(EPOLL_CLOEXEC);
 	dev->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (dev->epfd < 0 || dev->kick_fd < 0)
@@ -203,4 +207,6 @@ void engine_stop(struct uroce_dev *dev)
 	close(dev->epfd);
 	close(dev->epfd_timers);
 	close(dev->kick_fd);
+	free(dev->rx_pkts);
+	dev->rx_pkts = NULL;
 }

@@ -207,6 +207,9 @@ struct uroce_qp {
 	struct uroce_mr *write_mr;
 	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
 	uint32_t res_size, res_next;
+	uint32_t dbg_hist[16];        /* debug: last request packets (op << 24 | psn) */
+	uint32_t dbg_n;
+	uint32_t dbg_state[16];       /* debug: epsn | in_send << 24 after each */
 
 	/* ---- objects */
 	struct uroce_cq *send_cq, *recv_cq;

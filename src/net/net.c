@@ -71,26 +71,13 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 {
 	struct uroce_dev *dev = net->dev;
 	uint64_t bytes = 0;
-	int k = 0;
 
-	/* fault injection: drop chosen packets before the socket (compacting) */
-	if (dev->cfg.fault_drop_tx || dev->cfg.fault_pct_tx > 0) {
-		for (int i = 0; i < n; i++) {
-			if (fault_hit(net, &net->fault_tx_seq, dev->cfg.fault_drop_tx, dev->cfg.fault_pct_tx)) {
-				dev_count(dev, UC_drop_injected, 1);
-				continue;
-			}
-			if (k != i)
-				msgs[k] = msgs[i];
-			k++;
-		}
-		n = k;
-	}
 	if (n == 0)
 		return 0;
 	if (net->pcap)
 		for (int i = 0; i < n; i++)
-			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, 0, msgs[i].iov, msgs[i].iovcnt);
+			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, msgs[i].iov,
+				       msgs[i].iovcnt);
 	int sent = net->ops->send(flow, dgid, tos, msgs, n);
 	if (sent < 0) {
 		dev_count(dev, UC_tx_errors, 1);
@@ -103,6 +90,18 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 	if (sent < n)
 		dev_count(dev, UC_tx_errors, (uint64_t)(n - sent));
 	return sent;
+}
+
+bool net_fault_tx(struct uroce_net *net)
+{
+	struct uroce_dev *dev = net->dev;
+
+	if (!dev->cfg.fault_drop_tx && dev->cfg.fault_pct_tx <= 0)
+		return false;
+	if (!fault_hit(net, &net->fault_tx_seq, dev->cfg.fault_drop_tx, dev->cfg.fault_pct_tx))
+		return false;
+	dev_count(dev, UC_drop_injected, 1);
+	return true;
 }
 
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)

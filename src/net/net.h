@@ -8,15 +8,24 @@
 #include <sys/uio.h>
 #include "../core/device.h"
 
-#define UROCE_TX_BATCH 16
+#define UROCE_TX_BATCH 64
 #define UROCE_TX_IOV (UROCE_MAX_SGE + 3)
-#define UROCE_RX_BATCH 32
-#define UROCE_RX_BUFSZ 4352   /* 4096 payload + headers + ICRC, rounded */
+#define UROCE_RX_BUFS 16      /* datagrams (or GRO bundles) per receive call */
+#define UROCE_RX_BUFSZ 65536  /* one GRO bundle: up to 64 KiB of equal-size packets */
+#define UROCE_RX_BATCH 1024   /* packets per receive call, bundles split */
+#define UROCE_GSO_MAX_SEGS 64 /* packets in one UDP GSO send */
+#define UROCE_GSO_MAX_BYTES 65000
 
+/* One packet to send.  Runs of packets of the same size (the last may be
+ * shorter) leave in one UDP GSO send; gso_idx is the packet's place in its
+ * run (0 starts a run).  The kernel gives segment k of a GSO send the IPv4
+ * Identification k (base 0 for an unconnected DF socket), so the ICRC of
+ * that packet is computed with ID k (roce-wire.md §4.2). */
 struct uroce_txmsg {
 	struct iovec iov[UROCE_TX_IOV];
 	int iovcnt;
 	uint32_t len;
+	uint16_t gso_idx;
 };
 
 struct uroce_rxpkt {
@@ -25,6 +34,7 @@ struct uroce_rxpkt {
 	uint8_t sgid[16], dgid[16];
 	uint16_t sport;
 	uint8_t tos;
+	uint16_t ip_id_hint;    /* place in a GRO bundle: the IPv4 ID its sender used */
 };
 
 struct uroce_flow;
@@ -51,6 +61,7 @@ struct uroce_net {
 	struct uroce_dev *dev;
 	void *priv;
 	struct pcap_tap *pcap;
+	unsigned gso_max_segs;  /* 0: no UDP GSO */
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
 };
@@ -63,6 +74,8 @@ void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
+/* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */
+bool net_fault_tx(struct uroce_net *net);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 
 /* pcap.c: a capture Wireshark opens as Ethernet/IP/UDP/RoCEv2. */

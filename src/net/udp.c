@@ -27,21 +27,36 @@
 #define UDP_NO_CHECK6_RX 102
 #endif
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
 struct udp_priv {
 	int rx_fd[UROCE_MAX_GIDS];
 	int nrx;
 	unsigned rr;
-	uint8_t *bufs;                       /* UROCE_RX_BATCH buffers */
-	struct mmsghdr mm[UROCE_RX_BATCH];
-	struct iovec iov[UROCE_RX_BATCH];
-	struct sockaddr_storage from[UROCE_RX_BATCH];
-	uint8_t cbuf[UROCE_RX_BATCH][128];
+	uint8_t *bufs;                       /* UROCE_RX_BUFS buffers of UROCE_RX_BUFSZ */
+	struct mmsghdr mm[UROCE_RX_BUFS];
+	struct iovec iov[UROCE_RX_BUFS];
+	struct sockaddr_storage from[UROCE_RX_BUFS];
+	uint8_t cbuf[UROCE_RX_BUFS][128];
 };
 
+/* A QP's transmit socket, with room to gather a batch into GSO sends. Used
+ * under its QP's lock only. */
 struct uroce_flow {
 	int fd;
 	bool v4;
 	int tos;
+	struct mmsghdr mm[UROCE_TX_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} cmsg[UROCE_TX_BATCH];
+	struct iovec iov[UROCE_TX_BATCH * 4 + UROCE_TX_IOV];
 };
 
 static void gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
@@ -93,8 +108,9 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 	if (v4) {
 		int pmtu = IP_PMTUDISC_DO; /* DF, as RoCEv2 sends (§1.2) */
 		setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
-		/* UDP checksum 0 on IPv4, as rxe sends (§1.4) */
-		setsockopt(fd, SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one));
+		/* The UDP checksum is left on, unlike rxe's 0 (§1.4 allows a
+		 * correct one; receivers verify it): Linux refuses UDP GSO on a
+		 * socket without checksums, and offload makes it free. */
 		if (rx) {
 			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
@@ -112,6 +128,8 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 	}
 	int buf = 8 << 20;
 	if (rx) {
+		/* GSO sends arrive as one bundle (one copy, one syscall) */
+		setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one));
 		if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof(buf)) < 0)
 			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 	} else {
@@ -166,7 +184,7 @@ static int udp_open(struct uroce_net *net)
 
 	if (!p)
 		return -ENOMEM;
-	p->bufs = malloc((size_t)UROCE_RX_BATCH * UROCE_RX_BUFSZ);
+	p->bufs = malloc((size_t)UROCE_RX_BUFS * UROCE_RX_BUFSZ);
 	if (!p->bufs) {
 		free(p);
 		return -ENOMEM;
@@ -190,10 +208,18 @@ static int udp_open(struct uroce_net *net)
 			p->rx_fd[p->nrx++] = fd;
 		}
 	}
-	for (int i = 0; i < UROCE_RX_BATCH; i++) {
+	for (int i = 0; i < UROCE_RX_BUFS; i++) {
 		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
 		p->iov[i].iov_len = UROCE_RX_BUFSZ;
 	}
+	/* UDP GSO (Linux 4.18+): probe it once */
+	int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int gso = 1024;
+	if (probe >= 0 && setsockopt(probe, IPPROTO_UDP, UDP_SEGMENT, &gso, sizeof(gso)) == 0 &&
+	    !getenv("UROCE_NO_GSO"))
+		net->gso_max_segs = UROCE_GSO_MAX_SEGS;
+	if (probe >= 0)
+		close(probe);
 	net->priv = p;
 	return 0;
 fail:
@@ -251,7 +277,6 @@ static void udp_flow_close(struct uroce_flow *f)
 static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 		    struct uroce_txmsg *msgs, int n)
 {
-	struct mmsghdr mm[UROCE_TX_BATCH];
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int sent = 0;
@@ -266,27 +291,88 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 	}
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
 	while (sent < n) {
-		int k = n - sent > UROCE_TX_BATCH ? UROCE_TX_BATCH : n - sent;
-		for (int i = 0; i < k; i++) {
-			memset(&mm[i], 0, sizeof(mm[i]));
-			mm[i].msg_hdr.msg_name = &ss;
-			mm[i].msg_hdr.msg_namelen = sl;
-			mm[i].msg_hdr.msg_iov = msgs[sent + i].iov;
-			mm[i].msg_hdr.msg_iovlen = (size_t)msgs[sent + i].iovcnt;
+		/* one datagram per GSO run: the run's packets' iovecs back to back */
+		int nm = 0, niov = 0, first[UROCE_TX_BATCH], count[UROCE_TX_BATCH];
+		int i = sent;
+		while (i < n && nm < UROCE_TX_BATCH) {
+			int j = i + 1;
+			while (j < n && msgs[j].gso_idx)
+				j++;
+			int need = 0;
+			for (int k = i; k < j; k++)
+				need += msgs[k].iovcnt;
+			if (niov + need > (int)(sizeof(f->iov) / sizeof(f->iov[0])))
+				break;
+			struct msghdr *h = &f->mm[nm].msg_hdr;
+			memset(h, 0, sizeof(*h));
+			h->msg_name = &ss;
+			h->msg_namelen = sl;
+			h->msg_iov = &f->iov[niov];
+			for (int k = i; k < j; k++) {
+				memcpy(&f->iov[niov], msgs[k].iov, sizeof(struct iovec) * (size_t)msgs[k].iovcnt);
+				niov += msgs[k].iovcnt;
+			}
+			h->msg_iovlen = (size_t)need;
+			if (j - i > 1) {
+				uint16_t segsz = (uint16_t)msgs[i].len;
+				h->msg_control = f->cmsg[nm].buf;
+				h->msg_controllen = sizeof(f->cmsg[nm].buf);
+				struct cmsghdr *c = CMSG_FIRSTHDR(h);
+				c->cmsg_level = IPPROTO_UDP;
+				c->cmsg_type = UDP_SEGMENT;
+				c->cmsg_len = CMSG_LEN(sizeof(segsz));
+				memcpy(CMSG_DATA(c), &segsz, sizeof(segsz));
+			}
+			first[nm] = i;
+			count[nm] = j - i;
+			nm++;
+			i = j;
 		}
-		int r = sendmmsg(f->fd, mm, (unsigned)k, 0);
+		int r = sendmmsg(f->fd, f->mm, (unsigned)nm, 0);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			/* report the failure of the first unsent message and skip it:
-			 * the transport's retransmission recovers (like a lost packet) */
+			/* report and skip the first unsent datagram: the transport's
+			 * retransmission recovers it like a lost packet */
 			if (sent == 0)
 				return -errno;
 			return sent;
 		}
-		sent += r;
+		for (int k = 0; k < r; k++)
+			sent = first[k] + count[k];
+		if (r < nm)
+			return sent;
 	}
 	return sent;
+}
+
+static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
+{
+	memset(pk->dgid, 0, 16);
+	pk->tos = 0;
+	*gso = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			pk->dgid[10] = pk->dgid[11] = 0xff;
+			memcpy(pk->dgid + 12, &pi.ipi_addr, 4);
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+			pk->tos = *(uint8_t *)CMSG_DATA(c);
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+			struct in6_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			memcpy(pk->dgid, &pi.ipi6_addr, 16);
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+			int tc;
+			memcpy(&tc, CMSG_DATA(c), sizeof(tc));
+			pk->tos = (uint8_t)tc;
+		} else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+			int g;
+			memcpy(&g, CMSG_DATA(c), sizeof(g));
+			*gso = g;
+		}
+	}
 }
 
 static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
@@ -294,54 +380,49 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 	struct udp_priv *p = net->priv;
 	int got = 0;
 
-	if (max > UROCE_RX_BATCH)
-		max = UROCE_RX_BATCH;
-	for (int k = 0; k < p->nrx && got < max; k++) {
+	for (int k = 0; k < p->nrx && got + UROCE_GSO_MAX_SEGS <= max; k++) {
 		int fd = p->rx_fd[(p->rr + (unsigned)k) % (unsigned)p->nrx];
-		int want = max - got;
+		/* every datagram may be a bundle of up to UROCE_GSO_MAX_SEGS packets */
+		int want = (max - got) / UROCE_GSO_MAX_SEGS;
+		if (want > UROCE_RX_BUFS)
+			want = UROCE_RX_BUFS;
 		for (int i = 0; i < want; i++) {
-			struct msghdr *h = &p->mm[got + i].msg_hdr;
+			struct msghdr *h = &p->mm[i].msg_hdr;
 			memset(h, 0, sizeof(*h));
-			h->msg_name = &p->from[got + i];
-			h->msg_namelen = sizeof(p->from[got + i]);
-			h->msg_iov = &p->iov[got + i];
+			h->msg_name = &p->from[i];
+			h->msg_namelen = sizeof(p->from[i]);
+			h->msg_iov = &p->iov[i];
 			h->msg_iovlen = 1;
-			h->msg_control = p->cbuf[got + i];
-			h->msg_controllen = sizeof(p->cbuf[got + i]);
+			h->msg_control = p->cbuf[i];
+			h->msg_controllen = sizeof(p->cbuf[i]);
 		}
-		int r = recvmmsg(fd, &p->mm[got], (unsigned)want, MSG_DONTWAIT, NULL);
+		int r = recvmmsg(fd, p->mm, (unsigned)want, MSG_DONTWAIT, NULL);
 		if (r <= 0)
 			continue;
-		for (int i = got; i < got + r; i++) {
-			struct uroce_rxpkt *pk = &pkts[i];
+		for (int i = 0; i < r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
-			pk->buf = p->iov[i].iov_base;
-			pk->len = p->mm[i].msg_len;
+			struct uroce_rxpkt tmpl;
+			int gso;
+			uint32_t len = p->mm[i].msg_len;
+			uint8_t *buf = p->iov[i].iov_base;
+
+			sockaddr_to_gid(&p->from[i], tmpl.sgid, &tmpl.sport);
+			parse_cmsgs(h, &tmpl, &gso);
 			if (h->msg_flags & MSG_TRUNC)
-				pk->len = 0; /* larger than any RoCE packet: dropped as truncated */
-			sockaddr_to_gid(&p->from[i], pk->sgid, &pk->sport);
-			memset(pk->dgid, 0, 16);
-			pk->tos = 0;
-			for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
-				if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-					struct in_pktinfo pi;
-					memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-					pk->dgid[10] = pk->dgid[11] = 0xff;
-					memcpy(pk->dgid + 12, &pi.ipi_addr, 4);
-				} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
-					pk->tos = *(uint8_t *)CMSG_DATA(c);
-				} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
-					struct in6_pktinfo pi;
-					memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-					memcpy(pk->dgid, &pi.ipi6_addr, 16);
-				} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
-					int tc;
-					memcpy(&tc, CMSG_DATA(c), sizeof(tc));
-					pk->tos = (uint8_t)tc;
-				}
+				len = 0; /* larger than any RoCE packet: dropped as truncated */
+			uint32_t seg = gso > 0 && (uint32_t)gso < len ? (uint32_t)gso : (len ? len : 1);
+			uint16_t idx = 0;
+			for (uint32_t off = 0; off < len || (len == 0 && idx == 0); off += seg, idx++) {
+				if (got == max || idx == UROCE_GSO_MAX_SEGS)
+					break;
+				struct uroce_rxpkt *pk = &pkts[got++];
+				*pk = tmpl;
+				pk->buf = buf + off;
+				pk->len = len ? (len - off < seg ? len - off : seg) : 0;
+				/* segment k of a GSO send carried IPv4 ID k (net.h) */
+				pk->ip_id_hint = idx;
 			}
 		}
-		got += r;
 	}
 	p->rr++;
 	return got;

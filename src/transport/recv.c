@@ -10,20 +10,25 @@
  * the IPv4 Identification; see icrc_solve_ipv4_id. */
 static bool icrc_ok(struct uroce_dev *dev, const struct uroce_rxpkt *p, uint16_t *ip_id)
 {
+	/* first guess: the ID of its place in a GSO bundle (0 when alone) */
+	uint16_t hint = gid_is_ipv4(p->sgid) ? p->ip_id_hint : 0;
 	struct icrc_iphdr ih = {
 		.sgid = p->sgid, .dgid = p->dgid, .sport = p->sport, .dport = ROCE_UDP_PORT,
-		.udp_len = (uint16_t)(p->len + 8), .ip_id = 0, .ip_frag = 0x4000,
+		.udp_len = (uint16_t)(p->len + 8), .ip_id = hint, .ip_frag = 0x4000,
 	};
 	uint32_t crc = icrc_bth(icrc_begin(&ih), p->buf, p->len - ICRC_LEN);
 	uint32_t rx = icrc_load(p->buf + p->len - ICRC_LEN);
+	uint16_t delta;
 
-	*ip_id = 0;
+	*ip_id = hint;
 	if (crc == rx)
 		return true;
 	if (gid_is_ipv4(p->sgid)) {
-		/* covered: 8 prefix + 20 IP + 8 UDP + (len - 4) */
+		/* the CRC is affine in the ID: solve for (ID xor hint).
+		 * covered: 8 prefix + 20 IP + 8 UDP + (len - 4) */
 		size_t covered = 8 + 20 + 8 + p->len - ICRC_LEN;
-		if (icrc_solve_ipv4_id(crc, rx, covered, ip_id) == 0) {
+		if (icrc_solve_ipv4_id(crc, rx, covered, &delta) == 0) {
+			*ip_id = hint ^ delta;
 			dev_count(dev, UC_icrc_ipid_solved, 1);
 			return true;
 		}

@@ -67,6 +67,10 @@ static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 	w->npkts = (wqe_is_atomic(w)) ? 1 : (w->length + qp->pmtu - 1) / qp->pmtu;
 	if (w->npkts == 0)
 		w->npkts = 1;
+	/* A new WQE follows every PSN ever sent: after a go-back-N rewind the
+	 * WQEs before it may have completed (ACKed) without being resent, which
+	 * leaves snd_psn behind; their PSNs must never be reused. */
+	qp->snd_psn = qp->max_psn;
 	w->first_psn = qp->snd_psn;
 	w->last_psn = psn_add(w->first_psn, w->npkts - 1);
 	w->next_pkt = 0;

@@ -1,6 +1,14 @@
+/* Packet assembly and batched transmission for one QP.
+ *
+ * A packet is [BTH + extension headers][payload iovecs straight from
+ * registered memory][pad + ICRC]; nothing is copied.  Consecutive packets
+ * of one size (the last of a run may be shorter) go out as one UDP GSO send,
+ * and the whole batch in one sendmmsg. */
 #include "tx.h"
 #include "hdr.h"
 #include "icrc.h"
+
+#define GSO_MAX_IOV 1000   /* below the kernel's UIO_MAXIOV per datagram */
 
 void txb_flush(struct tx_batch *b)
 {
@@ -12,6 +20,24 @@ void txb_flush(struct tx_batch *b)
 		net_send(qp->dev->net, qp->flow, qp->sgid, qp->sport, qp->dgid,
 			 qp->attr.ah_attr.grh.traffic_class, b->msg, b->n);
 	b->n = 0;
+	b->run_closed = false;
+	b->run_iovs = 0;
+}
+
+/* May packet m (udp payload `len`, `iovcnt` iovecs) join the run the
+ * previous packet belongs to? */
+static uint16_t gso_place(struct tx_batch *b, uint32_t len, int iovcnt)
+{
+	unsigned max = b->qp->dev->net->gso_max_segs;
+
+	if (!b->n || !max || b->run_closed)
+		return 0;
+	const struct uroce_txmsg *p = &b->msg[b->n - 1];
+	uint32_t seg = (p - p->gso_idx)->len;
+	if (len > seg || p->gso_idx + 1u >= max || (uint32_t)(p->gso_idx + 2) * seg > UROCE_GSO_MAX_BYTES ||
+	    b->run_iovs + iovcnt > GSO_MAX_IOV)
+		return 0;
+	return (uint16_t)(p->gso_idx + 1);
 }
 
 void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
@@ -23,32 +49,45 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 	uint8_t *trl = b->trailer[b->n];
 	unsigned pad = pad_for(len);
 
+	/* deterministic fault injection drops a packet before it is built,
+	 * so that GSO runs and their IP IDs stay consistent */
+	if (net_fault_tx(qp->dev->net))
+		return;
 	hdr[1] = (uint8_t)((hdr[1] & ~0x30) | pad << 4); /* BTH PadCnt (§7) */
 	uint32_t udp_len = 8 + hdrlen + len + pad + ICRC_LEN;
-	struct icrc_iphdr ih = {
-		.sgid = qp->sgid, .dgid = qp->dgid, .sport = qp->sport, .dport = ROCE_UDP_PORT,
-		.udp_len = (uint16_t)udp_len, .ip_id = 0, .ip_frag = 0x4000,
-	};
-	uint32_t crc = icrc_bth(icrc_begin(&ih), hdr, hdrlen);
 
 	m->iov[0].iov_base = hdr;
 	m->iov[0].iov_len = hdrlen;
 	m->iovcnt = 1;
-	if (len) {
-		int k = seg_iov(seg, nseg, off, len, &m->iov[1], UROCE_TX_IOV - 2);
-		for (int i = 1; i <= k; i++)
-			crc = icrc_update(crc, m->iov[i].iov_base, m->iov[i].iov_len);
-		m->iovcnt += k;
+	if (len)
+		m->iovcnt += seg_iov(seg, nseg, off, len, &m->iov[1], UROCE_TX_IOV - 2);
+	m->iov[m->iovcnt].iov_base = trl;
+	m->iov[m->iovcnt].iov_len = pad + ICRC_LEN;
+	m->iovcnt++;
+	m->len = udp_len - 8;
+
+	m->gso_idx = gso_place(b, m->len, m->iovcnt);
+	if (m->gso_idx == 0) {
+		b->run_closed = false;
+		b->run_iovs = 0;
+	} else if (m->len < (m - m->gso_idx)->len) {
+		b->run_closed = true; /* a shorter packet ends its run */
 	}
+	b->run_iovs += m->iovcnt;
+
+	/* the ICRC covers the IPv4 ID the kernel will give this segment */
+	struct icrc_iphdr ih = {
+		.sgid = qp->sgid, .dgid = qp->dgid, .sport = qp->sport, .dport = ROCE_UDP_PORT,
+		.udp_len = (uint16_t)udp_len, .ip_id = m->gso_idx, .ip_frag = 0x4000,
+	};
+	uint32_t crc = icrc_bth(icrc_begin(&ih), hdr, hdrlen);
+	for (int i = 1; i < m->iovcnt - 1; i++)
+		crc = icrc_update(crc, m->iov[i].iov_base, m->iov[i].iov_len);
 	for (unsigned i = 0; i < pad; i++)
 		trl[i] = 0;
 	if (pad)
 		crc = icrc_update(crc, trl, pad);
 	icrc_store(trl + pad, crc);
-	m->iov[m->iovcnt].iov_base = trl;
-	m->iov[m->iovcnt].iov_len = pad + ICRC_LEN;
-	m->iovcnt++;
-	m->len = udp_len - 8;
 	if (++b->n == UROCE_TX_BATCH)
 		txb_flush(b);
 }

@@ -11,6 +11,8 @@
 struct tx_batch {
 	struct uroce_qp *qp;
 	int n;
+	bool run_closed;      /* the current GSO run ended with a short packet */
+	int run_iovs;         /* iovecs in the current GSO run */
 	struct uroce_txmsg msg[UROCE_TX_BATCH];
 	uint8_t hdr[UROCE_TX_BATCH][TX_HDR_MAX];
 	uint8_t trailer[UROCE_TX_BATCH][8];
@@ -20,6 +22,8 @@ static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
 {
 	b->qp = qp;
 	b->n = 0;
+	b->run_closed = false;
+	b->run_iovs = 0;
 }
 
 /* The header buffer for the next packet. */

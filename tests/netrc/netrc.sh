@@ -31,16 +31,19 @@
 # So the RoCE path MTU must be <= 1024 on it (the default active MTU 1024 is
 # fine; -m 2048/4096 does not fit).  -m 4096 needs the link MTU raised to
 # ~4200+ (the clean case sets the veth MTU to 9000 and runs with
-# UROCE_MTU=4096 -m 4096).
+# UROCE_MTU=4096 -m 4096).  With -m 4096 on the 1500-byte veth the full-size
+# packets (DF set) fail in sendmsg with EMSGSIZE (counter tx_errors), the
+# sender ends with IBV_WC_RETRY_EXC_ERR after retry_cnt timeouts and its
+# peer waits forever.
 #
 # Counters: uroce publishes them in /dev/shm/uroce.<pid> and unlinks that
 # file when the process exits.  To get the *final* values, a watcher
 # hard-links the file (into /dev/shm/netrc.<pid>/) as soon as it appears; the
 # link keeps the page alive after the process is gone.  It is decoded with
 # the build's own `uroce stat -a`, by linking it for a moment as
-# /dev/shm/uroce.<P> where P is a `sleep` this script keeps running (uroce
-# stat only lists files named after a live pid), so no struct layout is
-# hard-coded here.
+# /dev/shm/uroce.<pid of this script> (uroce stat only lists pages named
+# after a live pid; this script is a bash, never a uroce process itself),
+# so no struct layout is hard-coded here.
 #
 # Environment:
 #   UROCE          launcher (default <repo>/build/bin/uroce)
@@ -115,7 +118,6 @@ FAILS=0
 CHECKS=0
 WARNINGS=0
 KEEP_DIR=""     # /dev/shm/netrc.<pid>: hard links to the counter pages
-ALIAS_PID=""    # a sleep whose pid names the alias page for `uroce stat`
 RUN_SEQ=0
 PORT_BASE=$((18600 + ($$ % 200) * 10))
 declare -A TOT=()        # counter totals of the current case (both sides, all runs)
@@ -127,8 +129,7 @@ LINGER_LIB=""
 
 cleanup() {
     local rc=$?
-    [ -n "$ALIAS_PID" ] && { kill "$ALIAS_PID" 2>/dev/null; wait "$ALIAS_PID" 2>/dev/null; }
-    [ -n "$ALIAS_PID" ] && rm -f "/dev/shm/uroce.$ALIAS_PID"
+    rm -f "/dev/shm/uroce.$$"
     [ -n "$KEEP_DIR" ] && rm -rf -- "$KEEP_DIR"
     netns_teardown
     return $rc
@@ -172,17 +173,18 @@ _watch_shm() {
     return 1
 }
 
-# load_counters FILE ARRAYNAME: decode a kept counter page into an assoc array
+# load_counters FILE ARRAYNAME: decode a kept counter page into an assoc
+# array with the build's own `uroce stat` (see "Counters" above)
 load_counters() {
     local f=$1 name val
     local -n arr=$2
     arr=()
     [ -f "$f" ] || return 1
-    ln -f "$f" "/dev/shm/uroce.$ALIAS_PID" || return 1
+    ln -f "$f" "/dev/shm/uroce.$$" || return 1
     while read -r name val _; do
         [[ "$val" =~ ^[0-9]+$ ]] && arr[$name]=$val
-    done < <("$UROCE" stat -a "$ALIAS_PID" | tail -n +2)
-    rm -f "/dev/shm/uroce.$ALIAS_PID"
+    done < <("$UROCE" stat -a "$$" | tail -n +2)
+    rm -f "/dev/shm/uroce.$$"
     [ "${#arr[@]}" -gt 0 ]
 }
 
@@ -348,7 +350,7 @@ run_pair() {
     fi
     # ibv_rc_pingpong -c only *prints* "invalid data in page N"; perftest and
     # rc_integrity print completion errors
-    if grep -qiE 'invalid data|Failed status|Completion with error|FAIL|mismatch|corrupt' \
+    if grep -qE 'invalid data in page|Failed status|Failed to|Completion with error|FAIL' \
         "$d/server.log" "$d/client.log" 2>/dev/null; then
         CHECKS=$((CHECKS + 1))
         fail "$tag: error reported in the output"
@@ -505,10 +507,12 @@ if [ "$CASE" = loss ] && [ -z "$LINGER_LIB" ]; then
     ${CC:-cc} -O2 -shared -fPIC -o "$LINGER_LIB" "$HERE/netrc_linger.c" -ldl ||
         { log "cannot build $HERE/netrc_linger.c (set NETRC_LINGER_LIB)"; exit 1; }
 fi
+# counter pages kept by runs that were killed (ctest timeout)
+for d in /dev/shm/netrc.*; do
+    [ -d "$d" ] && ! kill -0 "${d##*.}" 2>/dev/null && rm -rf -- "$d"
+done
 KEEP_DIR=/dev/shm/netrc.$$
 mkdir -p "$KEEP_DIR" || { log "cannot create $KEEP_DIR"; exit 1; }
-sleep 100000 &
-ALIAS_PID=$!
 
 T0=$(now)
 echo "netrc $CASE: $NS_A ($ADDR_A, $ADDR6_A) <-> $NS_B ($ADDR_B, $ADDR6_B), bound ${NETRC_BOUND}s per pair"

@@ -20,7 +20,6 @@ SHARED_DIR or its vectors are missing.
 
 import glob
 import os
-import struct
 import sys
 import zlib
 
