@@ -110,6 +110,10 @@ struct uroce_send_wqe {
 	uint32_t npkts;
 	uint32_t next_pkt;        /* next packet index to transmit */
 	uint32_t resp_bytes;      /* READ: bytes placed so far */
+	/* UD: the address vector of the WR */
+	uint32_t remote_qpn, remote_qkey;
+	uint8_t dgid[16];
+	uint8_t sgid_index, tclass;
 };
 
 struct uroce_recv_wqe {
@@ -165,8 +169,10 @@ struct uroce_qp {
 	struct ibv_qp_cap cap;
 	uint8_t dgid[16], sgid[16];
 	uint16_t sport;           /* UDP source port: per-QP entropy (§1.4) */
+	uint8_t tx_tos;           /* IP TOS / traffic class of what it sends */
 	uint32_t pmtu;            /* bytes */
-	struct uroce_flow *flow;
+	struct uroce_flow *flow;  /* transmit socket in use */
+	struct uroce_flow *ud_flows[UROCE_MAX_GIDS]; /* UD: one per source GID */
 
 	/* ---- send queue / requester / completer (requester.c, completer.c) */
 	struct uroce_send_wqe *sq;

@@ -378,8 +378,13 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
 	pthread_mutex_unlock(&ibqp->mutex);
 	pthread_mutex_lock(&qp->lock);
-	if (qp->flow)
+	if (qp->type == IBV_QPT_UD) {
+		for (int i = 0; i < UROCE_MAX_GIDS; i++)
+			if (qp->ud_flows[i])
+				net_flow_close(dev->net, qp->ud_flows[i]);
+	} else if (qp->flow) {
 		net_flow_close(dev->net, qp->flow);
+	}
 	qp->flow = NULL;
 	pthread_mutex_unlock(&qp->lock);
 	atomic_fetch_sub(&qp->pd->refcnt, 1);
@@ -526,6 +531,7 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	}
 	if (mask & IBV_QP_AV) {
 		qp->attr.ah_attr = a->ah_attr;
+		qp->tx_tos = a->ah_attr.grh.traffic_class;
 		memcpy(qp->dgid, a->ah_attr.grh.dgid.raw, 16);
 		memcpy(qp->sgid, dev->cfg.gids[a->ah_attr.grh.sgid_index], 16);
 	}
@@ -643,8 +649,8 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		return ENOMEM;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || !opcode_allowed(qp->type, wr->opcode))
 		return EINVAL;
-	if (qp->type == IBV_QPT_UD)
-		return EOPNOTSUPP; /* UD transport: a later milestone */
+	if (qp->type == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->ibv.qp_base.context))
+		return EINVAL;
 
 	struct uroce_send_wqe *w = &qp->sq[qp->sq_head % qp->sq_size];
 	struct uroce_seg *segs = w->seg;
@@ -677,6 +683,15 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		break;
 	default:
 		break;
+	}
+	if (qp->type == IBV_QPT_UD) {
+		const struct uroce_ah *ah = to_uah(wr->wr.ud.ah);
+		w->remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
+		/* a "controlled" Q_Key (bit 31) means: use the QP's own (§2.2) */
+		w->remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->wr.ud.remote_qkey;
+		memcpy(w->dgid, ah->attr.grh.dgid.raw, 16);
+		w->sgid_index = ah->attr.grh.sgid_index;
+		w->tclass = ah->attr.grh.traffic_class;
 	}
 	if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 		w->imm_data = wr->imm_data;

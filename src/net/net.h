@@ -13,7 +13,8 @@
 #define UROCE_RX_BUFS 16      /* datagrams (or GRO bundles) per receive call */
 #define UROCE_RX_BUFSZ 65536  /* one GRO bundle: up to 64 KiB of equal-size packets */
 #define UROCE_RX_BATCH 1024   /* packets per receive call, bundles split */
-#define UROCE_GSO_MAX_SEGS 64 /* packets in one UDP GSO send */
+#define UROCE_GSO_MAX_SEGS 64 /* packets in one UDP GSO send of ours */
+#define UROCE_GRO_MAX_SEGS 128 /* packets in one received bundle (Linux allows 128) */
 #define UROCE_GSO_MAX_BYTES 65000
 
 /* One packet to send.  Runs of packets of the same size (the last may be
@@ -34,6 +35,7 @@ struct uroce_rxpkt {
 	uint8_t sgid[16], dgid[16];
 	uint16_t sport;
 	uint8_t tos;
+	uint8_t ttl;            /* IPv4 TTL / IPv6 hop limit */
 	uint16_t ip_id_hint;    /* place in a GRO bundle: the IPv4 ID its sender used */
 };
 

@@ -42,7 +42,7 @@ struct udp_priv {
 	struct mmsghdr mm[UROCE_RX_BUFS];
 	struct iovec iov[UROCE_RX_BUFS];
 	struct sockaddr_storage from[UROCE_RX_BUFS];
-	uint8_t cbuf[UROCE_RX_BUFS][128];
+	uint8_t cbuf[UROCE_RX_BUFS][192];
 };
 
 /* A QP's transmit socket, with room to gather a batch into GSO sends. Used
@@ -114,6 +114,7 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		if (rx) {
 			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &one, sizeof(one));
 		}
 	} else {
 		int pmtu = IPV6_PMTUDISC_DO;
@@ -124,6 +125,7 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 			setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &one, sizeof(one));
 		}
 	}
 	int buf = 8 << 20;
@@ -350,6 +352,7 @@ static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 {
 	memset(pk->dgid, 0, 16);
 	pk->tos = 0;
+	pk->ttl = 64;
 	*gso = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
 		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
@@ -367,6 +370,14 @@ static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 			int tc;
 			memcpy(&tc, CMSG_DATA(c), sizeof(tc));
 			pk->tos = (uint8_t)tc;
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
+			int t;
+			memcpy(&t, CMSG_DATA(c), sizeof(t));
+			pk->ttl = (uint8_t)t;
+		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
+			int t;
+			memcpy(&t, CMSG_DATA(c), sizeof(t));
+			pk->ttl = (uint8_t)t;
 		} else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
 			int g;
 			memcpy(&g, CMSG_DATA(c), sizeof(g));
@@ -380,10 +391,10 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 	struct udp_priv *p = net->priv;
 	int got = 0;
 
-	for (int k = 0; k < p->nrx && got + UROCE_GSO_MAX_SEGS <= max; k++) {
+	for (int k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max; k++) {
 		int fd = p->rx_fd[(p->rr + (unsigned)k) % (unsigned)p->nrx];
-		/* every datagram may be a bundle of up to UROCE_GSO_MAX_SEGS packets */
-		int want = (max - got) / UROCE_GSO_MAX_SEGS;
+		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
+		int want = (max - got) / UROCE_GRO_MAX_SEGS;
 		if (want > UROCE_RX_BUFS)
 			want = UROCE_RX_BUFS;
 		for (int i = 0; i < want; i++) {
@@ -413,8 +424,8 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 			uint32_t seg = gso > 0 && (uint32_t)gso < len ? (uint32_t)gso : (len ? len : 1);
 			uint16_t idx = 0;
 			for (uint32_t off = 0; off < len || (len == 0 && idx == 0); off += seg, idx++) {
-				if (got == max || idx == UROCE_GSO_MAX_SEGS)
-					break;
+				if (got == max)
+					break; /* cannot happen: room for a full bundle was kept */
 				struct uroce_rxpkt *pk = &pkts[got++];
 				*pk = tmpl;
 				pk->buf = buf + off;

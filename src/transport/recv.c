@@ -91,6 +91,7 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	pkt.mask = oi->mask;
 	pkt.opcode = bth_opcode(bth);
 	pkt.psn = bth_psn(bth);
+	pkt.ip_id = ip_id;
 	pkt.rx = rx;
 
 	pthread_mutex_lock(&qp->lock);
@@ -105,7 +106,9 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		pthread_mutex_unlock(&qp->lock);
 		return;
 	}
-	if (oi->mask & OPF_REQ)
+	if (qp->type == IBV_QPT_UD)
+		ud_rx(qp, &pkt);
+	else if (oi->mask & OPF_REQ)
 		responder_rx(qp, &pkt);
 	else if (qp->attr.qp_state == IBV_QPS_RTS || qp->attr.qp_state == IBV_QPS_SQD)
 		completer_rx(qp, &pkt);

@@ -16,6 +16,7 @@
 #include "transport.h"
 #include "hdr.h"
 #include "tx.h"
+#include <string.h>
 
 #define READ_CHUNK_PKTS 32u
 
@@ -195,6 +196,43 @@ void requester_arm_timer(struct uroce_qp *qp)
 		qp_arm_timer(qp, now_ns() + t);
 }
 
+/* UD (§6.7): one packet per message, no ACKs, the PSN only counts. */
+static void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	/* rxe completes a UD message larger than the MTU without sending it
+	 * (IBA C10-93.1.1, roce-wire.md §6.7) */
+	if (w->length > qp->pmtu || w->sgid_index >= dev->cfg.ngids)
+		return;
+	/* a batch goes to one destination */
+	if (b->n && (memcmp(qp->dgid, w->dgid, 16) || qp->flow != qp->ud_flows[w->sgid_index] ||
+		     qp->tx_tos != w->tclass))
+		txb_flush(b);
+	if (!qp->ud_flows[w->sgid_index]) {
+		/* never given an AV: the older rxe source port (§1.4) */
+		uint16_t sport = (uint16_t)(0xC000 + (((qp->qpn * 0x61C88647u) >> 18) & 0x3FFF));
+		qp->ud_flows[w->sgid_index] = net_flow_open(dev->net, dev->cfg.gids[w->sgid_index], sport);
+		if (!qp->ud_flows[w->sgid_index])
+			return;
+		qp->sport = sport;
+	}
+	qp->flow = qp->ud_flows[w->sgid_index];
+	memcpy(qp->dgid, w->dgid, 16);
+	memcpy(qp->sgid, dev->cfg.gids[w->sgid_index], 16);
+	qp->tx_tos = w->tclass;
+
+	uint8_t *h = txb_hdr(b);
+	uint8_t op = w->opcode == IBV_WR_SEND_WITH_IMM ? OP_UD_SEND_ONLY_IMM : OP_UD_SEND_ONLY;
+	const struct uroce_opinfo *oi = opinfo(op);
+	bth_set(h, op, (w->send_flags & IBV_SEND_SOLICITED) != 0, 0, w->remote_qpn, 0, qp->snd_psn);
+	deth_set(h + oi->off_deth, w->remote_qkey, qp->qpn);
+	if (oi->off_imm)
+		immdt_set_raw(h + oi->off_imm, w->imm_data);
+	txb_add(b, oi->hdr_len, w->seg, w->nseg, 0, w->length);
+	qp->snd_psn = psn_add(qp->snd_psn, 1);
+}
+
 void requester_run(struct uroce_qp *qp)
 {
 	struct tx_batch b;
@@ -221,6 +259,15 @@ void requester_run(struct uroce_qp *qp)
 			qp_enter_error(qp);
 			return;
 		}
+		if (qp->type == IBV_QPT_UD) {
+			if (qp->attr.qp_state == IBV_QPS_SQD)
+				break;
+			ud_send(qp, w, &b);
+			w->state = WQE_SENT;
+			qp->sq_send++;
+			qp_complete_send(qp, w, IBV_WC_SUCCESS);
+			continue;
+		}
 		if (!w->started) {
 			if (qp->attr.qp_state == IBV_QPS_SQD)
 				break; /* SQD: finish what started, begin nothing new */
@@ -245,7 +292,7 @@ void requester_run(struct uroce_qp *qp)
 	}
 out:
 	txb_flush(&b);
-	if (qp->type == IBV_QPT_UC)
+	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)
 		qp_retire_sends(qp);
 	if (sent && !qp->timer_deadline)
 		requester_arm_timer(qp);

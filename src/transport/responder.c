@@ -5,6 +5,7 @@
 #include "transport.h"
 #include "hdr.h"
 #include "tx.h"
+#include "icrc.h"
 
 enum resp_verdict {
 	RV_OK,
@@ -409,4 +410,84 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if (bth_ackreq(pkt->bth))
 			send_ack(qp, pkt->psn);
 	}
+}
+
+/* The 40-byte GRH area at the start of a UD receive buffer (§9): the IPv6
+ * header, or for IPv4 20 zero bytes followed by the IPv4 header (rxe). */
+static void build_grh(const struct uroce_pkt *pkt, uint8_t grh[40])
+{
+	const struct uroce_rxpkt *rx = pkt->rx;
+	uint16_t udp_len = (uint16_t)(rx->len + 8);
+
+	memset(grh, 0, 40);
+	if (gid_is_ipv4(rx->sgid)) {
+		uint8_t *ip = grh + 20;
+		uint16_t tot = (uint16_t)(20 + udp_len);
+		ip[0] = 0x45;
+		ip[1] = rx->tos;
+		st16(ip + 2, tot);
+		st16(ip + 4, pkt->ip_id);
+		st16(ip + 6, 0x4000);
+		ip[8] = rx->ttl;
+		ip[9] = 17;
+		memcpy(ip + 12, rx->sgid + 12, 4);
+		memcpy(ip + 16, rx->dgid + 12, 4);
+		uint32_t sum = 0;
+		for (int i = 0; i < 20; i += 2)
+			sum += ld16(ip + i);
+		while (sum >> 16)
+			sum = (sum & 0xFFFF) + (sum >> 16);
+		st16(ip + 10, (uint16_t)~sum);
+	} else {
+		st32(grh, 6u << 28 | (uint32_t)rx->tos << 20);
+		st16(grh + 4, udp_len);
+		grh[6] = 17;
+		grh[7] = rx->ttl;
+		memcpy(grh + 8, rx->sgid, 16);
+		memcpy(grh + 24, rx->dgid, 16);
+	}
+}
+
+void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	enum ibv_qp_state st = qp->attr.qp_state;
+	const uint8_t *deth = pkt->bth + opinfo(pkt->opcode)->off_deth;
+	uint8_t grh[40];
+
+	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
+		dev_count(qp->dev, UC_drop_qp_state, 1);
+		return;
+	}
+	/* §1.5 item 6: the Q_Key must match; the PSN is not checked (§6.7) */
+	if (deth_qkey(deth) != qp->attr.qkey) {
+		dev_count(qp->dev, UC_drop_qkey, 1);
+		return;
+	}
+	if (qp_rq_pop(qp, &qp->cur_recv) < 0) {
+		dev_count(qp->dev, UC_drop_no_recv, 1);
+		return;
+	}
+	qp->cur_recv_valid = true;
+	struct ibv_wc wc = {
+		.wr_id = qp->cur_recv.wr_id, .opcode = IBV_WC_RECV, .qp_num = qp->qpn,
+		.src_qp = deth_sqpn(deth), .wc_flags = IBV_WC_GRH,
+	};
+	if (qp->cur_recv.status != IBV_WC_SUCCESS) {
+		wc.status = IBV_WC_LOC_PROT_ERR;
+	} else if (40 + (uint64_t)pkt->paylen > qp->cur_recv.length) {
+		/* IBA: a receive buffer too small completes in error; rxe drops
+		 * the packet silently instead (roce-wire.md §6.7) */
+		wc.status = IBV_WC_LOC_LEN_ERR;
+	} else {
+		build_grh(pkt, grh);
+		seg_copy_to(qp->cur_recv.seg, qp->cur_recv.nseg, 0, grh, 40);
+		seg_copy_to(qp->cur_recv.seg, qp->cur_recv.nseg, 40, pkt->payload, pkt->paylen);
+		wc.byte_len = 40 + pkt->paylen;
+		if (pkt->mask & OPF_IMMDT) {
+			wc.imm_data = immdt_raw(pkt->bth + opinfo(pkt->opcode)->off_imm);
+			wc.wc_flags |= IBV_WC_WITH_IMM;
+		}
+	}
+	qp->cur_recv_valid = false;
+	cq_push(qp->recv_cq, &wc, bth_se(pkt->bth));
 }

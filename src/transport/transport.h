@@ -22,6 +22,7 @@ struct uroce_pkt {
 	uint32_t mask;         /* opinfo mask */
 	uint8_t opcode;
 	uint32_t psn;
+	uint16_t ip_id;        /* IPv4 Identification the ICRC check found */
 	const struct uroce_rxpkt *rx;
 };
 
@@ -45,6 +46,8 @@ void completer_timer(struct uroce_qp *qp, uint64_t now);
 
 /* responder.c */
 void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
+/* UD receive (§6.7, §9): Q_Key check, no PSN order, 40-byte GRH area. */
+void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
 
 /* qp.c: error handling shared by the roles. */
 void qp_enter_error(struct uroce_qp *qp);           /* qp->lock held */

@@ -17,8 +17,7 @@ void txb_flush(struct tx_batch *b)
 	if (!b->n)
 		return;
 	if (qp->flow)
-		net_send(qp->dev->net, qp->flow, qp->sgid, qp->sport, qp->dgid,
-			 qp->attr.ah_attr.grh.traffic_class, b->msg, b->n);
+		net_send(qp->dev->net, qp->flow, qp->sgid, qp->sport, qp->dgid, qp->tx_tos, b->msg, b->n);
 	b->n = 0;
 	b->run_closed = false;
 	b->run_iovs = 0;

@@ -8,17 +8,27 @@
 #   clean            ibv_rc_pingpong -c: default size and -s 65536 -n 200 over
 #                    IPv4 and IPv6; plus -m 4096 with the veth MTU raised to
 #                    9000 (see "MTU" below)
-#   loss             the same (IPv4 + IPv6) with 5% loss on both directions;
-#                    counters must show retransmits and timeouts/NAKs
+#   loss             the same (IPv4 + IPv6) with 5% loss on both directions
+#                    (nft, netdev ingress); counters must show retransmits and
+#                    timeouts/NAKs, nft must show drops.  The programs run with
+#                    netrc_linger.so: ibv_rc_pingpong's lost-last-ACK race
+#                    would fail ~1 run in 10 on any NIC (see netrc_linger.c)
 #   dup              the same with 5% duplication on both directions;
 #                    counters must show duplicate requests
-#   delay_reorder    the same with 1 ms delay + jitter + reordering on both
-#                    directions; counters must show out_of_sequence/seq NAKs
+#   delay_reorder    the same with 1 ms delay + 0..1 us jitter + 2% of the
+#                    packets held 2 ms more (uroce-netem) on both directions;
+#                    counters must show out_of_sequence/seq NAKs, uroce-netem
+#                    must show delayed and reordered packets
 #   all              loss 5% + dup 5% + delay/jitter/reorder on both
 #                    directions: ib_write_bw, ib_read_bw (-n 200 -s 65536),
-#                    ib_send_bw, ib_atomic_bw (-n 200)
-#   integrity        all impairments with rc_integrity (server + client);
-#                    skipped (77) if rc_integrity is not built
+#                    ib_send_bw, ib_atomic_bw (-n 200), TCP ports distinct
+#   integrity        all impairments with rc_integrity -n 40 (server + client,
+#                    the seed is printed; NETRC_SEED=N repeats it); skipped
+#                    (77) if rc_integrity is not built
+#
+# Every run prints its wall time, the exit codes and the non-zero counters of
+# both sides; a failing run also prints the exact commands to reproduce it
+# (with the namespace names of that run: set NETRC_PCAP_DIR to get pcaps).
 #
 # A case fails if a program exits non-zero, hangs (each server/client pair
 # is bounded by NETRC_BOUND seconds; on a hang the live counters of both
@@ -49,7 +59,8 @@
 #   UROCE          launcher (default <repo>/build/bin/uroce)
 #   UROCE_NETEM    uroce-netem (lib.sh; default <repo>/build/bin/uroce-netem)
 #   RC_INTEGRITY   rc_integrity binary (default <repo>/build/bin/rc_integrity)
-#   NETRC_BOUND    seconds allowed for one server/client pair (default 90)
+#   NETRC_BOUND    seconds allowed for one server/client pair (default 90;
+#                  ctest sets 60, 100 for integrity)
 #   NETRC_REPEAT   run the case's program list this many times (default 1)
 #   NETRC_PCAP_DIR if set, every process writes UROCE_PCAP=<dir>/<run>-<side>.pcap
 #   NETRC_LOG_DIR  if set, program logs and counters are kept there
@@ -93,7 +104,7 @@ REORDER_PCT=${NETRC_REORDER_PCT:-2}
 case "$CASE" in
 clean | loss | dup | delay_reorder | all | integrity) ;;
 *)
-    sed -n '2,30p' "$0" >&2
+    sed -n '2,40p' "$0" >&2
     exit 2
     ;;
 esac

@@ -25,7 +25,7 @@ Per frame (frame numbers are 1-based, as in tshark/Wireshark):
  (b) our own ICRC (rocewire.py: roce-wire.md §4 with zlib.crc32, not uroce's
      code) equals the trailer.
  (c) wire rules: IPv4 IHL 5, DF, protocol 17, header checksum (§1.2); UDP dst
-     4791, checksum 0 on IPv4 / correct if non-zero on IPv6, length
+     4791, checksum 0 or (if non-zero) correct, length
      consistent with IP (§1.1, §1.4); TVer 0, P_Key 0xFFFF, BTH byte 4 zero,
      reserved bits zero, M=0 (§2.1); known opcode whose headers fit; payload
      only where the opcode allows one; PadCnt = (4 - len%4)%4 (§7);
@@ -148,20 +148,22 @@ def check_frame_rules(rf, pmtu, where, P):
             s = (s & 0xFFFF) + (s >> 16)
         if s != 0xFFFF:
             P.add(where, 'IPv4 header checksum wrong')
-        if rf.udp_csum != 0:
-            P.add(where, f'UDP checksum {rf.udp_csum:#06x} on IPv4, rxe sends 0 (§1.4)')
     else:
         ip = rf.ip
         if ip[0] >> 4 != 6 or ip[6] != 17:
             P.add(where, 'IPv6 version/next header wrong (§1.3)')
-        if rf.udp_csum:          # non-zero: must be correct (§1.4)
+    if rf.udp_csum:     # 0 (what rxe sends) or, if non-zero, correct (§1.4)
+        ip, ihl = rf.ip, rf.ihl
+        if rf.ipver == 4:
+            s = sum(struct.unpack('!4H', ip[12:20])) + 17 + rf.udp_len
+        else:
             s = sum(struct.unpack('!16H', ip[8:40])) + 17 + rf.udp_len
-            udp = ip[40:] + (b'\0' if len(ip[40:]) % 2 else b'')
-            s += sum(struct.unpack('!%dH' % (len(udp) // 2), udp))
-            while s >> 16:
-                s = (s & 0xFFFF) + (s >> 16)
-            if s != 0xFFFF:
-                P.add(where, 'IPv6 UDP checksum is non-zero but wrong (§1.4)')
+        udp = ip[ihl:] + (b'\0' if len(ip[ihl:]) % 2 else b'')
+        s += sum(struct.unpack('!%dH' % (len(udp) // 2), udp))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        if s != 0xFFFF:
+            P.add(where, f'UDP checksum {rf.udp_csum:#06x} is non-zero but wrong (§1.4)')
     if rf.eth_pad:
         P.add(where, f'{rf.eth_pad} bytes after the IP packet')
     if not rf.known:
