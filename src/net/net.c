@@ -76,8 +76,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		return 0;
 	if (net->pcap)
 		for (int i = 0; i < n; i++)
-			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, msgs[i].iov,
-				       msgs[i].iovcnt);
+			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
+				       msgs[i].iov, msgs[i].iovcnt);
 	int sent = net->ops->send(flow, dgid, tos, msgs, n);
 	if (sent < 0) {
 		dev_count(dev, UC_tx_errors, 1);

@@ -84,7 +84,8 @@ void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 struct pcap_tap *pcap_tap_open(const char *path);
 void pcap_tap_close(struct pcap_tap *tap);
 void pcap_tap_write(struct pcap_tap *tap, const uint8_t sgid[16], const uint8_t dgid[16],
-		    uint16_t sport, uint16_t dport, uint16_t ip_id, const struct iovec *iov, int iovcnt);
+		    uint16_t sport, uint16_t dport, uint16_t ip_id, uint8_t tos, uint8_t ttl,
+		    const struct iovec *iov, int iovcnt);
 
 extern const struct uroce_net_ops uroce_udp_ops;
 
@@ -95,7 +96,7 @@ static inline void net_tap_rx(struct uroce_net *net, const struct uroce_rxpkt *p
 {
 	if (net->pcap) {
 		struct iovec iov = { p->buf, p->len };
-		pcap_tap_write(net->pcap, p->sgid, p->dgid, p->sport, 4791, ip_id, &iov, 1);
+		pcap_tap_write(net->pcap, p->sgid, p->dgid, p->sport, 4791, ip_id, p->tos, p->ttl, &iov, 1);
 	}
 }
 #endif

@@ -51,10 +51,11 @@ static uint16_t ip_csum(const uint8_t *h, size_t n)
 	return (uint16_t)~s;
 }
 
-static uint16_t udp6_csum(const uint8_t *src, const uint8_t *dst, const uint8_t *udp, size_t n)
+/* UDP checksum over the pseudo header (addresses `alen` bytes each). */
+static uint16_t udp_csum(const uint8_t *src, const uint8_t *dst, int alen, const uint8_t *udp, size_t n)
 {
 	uint32_t s = 0;
-	for (int i = 0; i < 16; i += 2)
+	for (int i = 0; i < alen; i += 2)
 		s += (uint32_t)src[i] << 8 | src[i + 1], s += (uint32_t)dst[i] << 8 | dst[i + 1];
 	s += (uint32_t)n + 17;
 	for (size_t i = 0; i < n; i += 2)
@@ -66,7 +67,8 @@ static uint16_t udp6_csum(const uint8_t *src, const uint8_t *dst, const uint8_t 
 }
 
 void pcap_tap_write(struct pcap_tap *t, const uint8_t sgid[16], const uint8_t dgid[16],
-		    uint16_t sport, uint16_t dport, uint16_t ip_id, const struct iovec *iov, int iovcnt)
+		    uint16_t sport, uint16_t dport, uint16_t ip_id, uint8_t tos, uint8_t ttl,
+		    const struct iovec *iov, int iovcnt)
 {
 	static _Thread_local uint8_t frame[14 + 40 + 8 + 65536];
 	size_t plen = 0;
@@ -94,19 +96,23 @@ void pcap_tap_write(struct pcap_tap *t, const uint8_t sgid[16], const uint8_t dg
 	udp[6] = udp[7] = 0;
 	if (v4) {
 		uint16_t tot = (uint16_t)(20 + ulen);
-		uint8_t h[20] = { 0x45, 0, (uint8_t)(tot >> 8), (uint8_t)tot, (uint8_t)(ip_id >> 8), (uint8_t)ip_id,
-				  0x40, 0, 64, 17, 0, 0 };
+		uint8_t h[20] = { 0x45, tos, (uint8_t)(tot >> 8), (uint8_t)tot, (uint8_t)(ip_id >> 8), (uint8_t)ip_id,
+				  0x40, 0, ttl, 17, 0, 0 };
 		memcpy(h + 12, sgid + 12, 4);
 		memcpy(h + 16, dgid + 12, 4);
 		uint16_t c = ip_csum(h, 20);
 		h[10] = (uint8_t)(c >> 8); h[11] = (uint8_t)c;
 		memcpy(ip, h, 20);
+		/* uroce's sockets send real UDP checksums (udp.c) */
+		uint16_t uc = udp_csum(sgid + 12, dgid + 12, 4, udp, ulen);
+		udp[6] = (uint8_t)(uc >> 8); udp[7] = (uint8_t)uc;
 	} else {
-		uint8_t h[40] = { 0x60, 0, 0, 0, (uint8_t)(ulen >> 8), (uint8_t)ulen, 17, 64 };
+		uint8_t h[40] = { (uint8_t)(0x60 | tos >> 4), (uint8_t)(tos << 4), 0, 0, (uint8_t)(ulen >> 8), (uint8_t)ulen,
+				  17, ttl };
 		memcpy(h + 8, sgid, 16);
 		memcpy(h + 24, dgid, 16);
 		memcpy(ip, h, 40);
-		uint16_t c = udp6_csum(sgid, dgid, udp, ulen);
+		uint16_t c = udp_csum(sgid, dgid, 16, udp, ulen);
 		udp[6] = (uint8_t)(c >> 8); udp[7] = (uint8_t)c;
 	}
 	struct pcap_pkthdr ph;
