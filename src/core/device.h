@@ -25,6 +25,8 @@ struct uroce_config {
 	unsigned fault_seed;
 	int log_level;           /* UROCE_LOG: 0 errors, 1 info, 2 debug */
 	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
+	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
+				  * off the sockets this long */
 };
 
 struct uroce_dev {
@@ -43,6 +45,7 @@ struct uroce_dev {
 	/* engine (core/engine.c) */
 	pthread_t engine;
 	bool engine_running;
+	bool engine_rt;                /* SCHED_FIFO: wakes fast, never spins */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */

@@ -14,7 +14,6 @@
 #include "../net/net.h"
 #include "../transport/transport.h"
 
-#define APP_POLL_GRACE_NS 1000000ull /* 1 ms without an application poll: engine takes over */
 
 static void run_timers(struct uroce_dev *dev, uint64_t now)
 {
@@ -72,6 +71,13 @@ int dev_progress(struct uroce_dev *dev, int budget)
  * it does, so the two never fight over the cores. */
 void dev_poll_progress(struct uroce_dev *dev)
 {
+	static int enabled = -1;
+	if (enabled < 0) {
+		const char *e = getenv("UROCE_POLL_PROGRESS");
+		enabled = !e || *e != '0';
+	}
+	if (!enabled)
+		return;
 	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
@@ -116,11 +122,12 @@ static void *engine_main(void *arg)
 		}
 		uint64_t now = now_ns();
 		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
-		if (now - app < APP_POLL_GRACE_NS) {
+		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
+		if (now - app < grace) {
 			/* an application is polling: it receives; wake for timers and
 			 * to notice when it stops */
 			uint64_t next = atomic_load(&dev->timer_next);
-			uint64_t d = APP_POLL_GRACE_NS;
+			uint64_t d = grace;
 			if (next != UINT64_MAX)
 				d = next > now ? (next - now < d ? next - now : d) : 0;
 			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)d };
@@ -134,7 +141,7 @@ static void *engine_main(void *arg)
 			}
 			continue;
 		}
-		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
+		if (!dev->engine_rt && now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
 			sched_yield();
 			continue;
 		}
@@ -195,6 +202,19 @@ int engine_start(struct uroce_dev *dev)
 		return -rc;
 	pthread_setname_np(dev->engine, "uroce-engine");
 	dev->engine_running = true;
+	/* One-sided operations are executed by the engine while the target
+	 * application spins on memory.  On two cores with spinning applications
+	 * a sleeping CFS thread wakes late (ms), so the engine asks for the
+	 * lowest real-time priority when it may (root, CAP_SYS_NICE or
+	 * RLIMIT_RTPRIO): it then runs within microseconds of a packet.  It
+	 * never busy-waits in that mode, so it cannot starve the application.
+	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread. */
+	const char *rt = getenv("UROCE_ENGINE_RT");
+	if (!rt || *rt != '0') {
+		struct sched_param sp = { .sched_priority = 1 };
+		if (pthread_setschedparam(dev->engine, SCHED_FIFO, &sp) == 0)
+			dev->engine_rt = true;
+	}
 	return 0;
 }
 
