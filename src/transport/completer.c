@@ -296,6 +296,9 @@ void completer_timer(struct uroce_qp *qp, uint64_t now)
 	if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out)
 		return; /* nothing outstanding */
 	dev_count(qp->dev, UC_timeouts, 1);
+	LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u, late by %lld ns",
+		qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out,
+		(long long)(now_ns() - now));
 	if (qp->retry_left == 0) {
 		fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
 		return;

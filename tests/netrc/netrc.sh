@@ -18,7 +18,8 @@
 #   delay_reorder    the same with 1 ms delay + 0..1 us jitter + 2% of the
 #                    packets held 2 ms more (uroce-netem) on both directions;
 #                    counters must show out_of_sequence/seq NAKs, uroce-netem
-#                    must show delayed and reordered packets
+#                    must show delayed and reordered packets.  The default-size
+#                    runs use UROCE_NO_GSO=1 (see "GSO" below)
 #   all              loss 5% + dup 5% + delay/jitter/reorder on both
 #                    directions: ib_write_bw, ib_read_bw (-n 200 -s 65536),
 #                    ib_send_bw, ib_atomic_bw (-n 200), TCP ports distinct
@@ -45,6 +46,12 @@
 # packets (DF set) fail in sendmsg with EMSGSIZE (counter tx_errors), the
 # sender ends with IBV_WC_RETRY_EXC_ERR after retry_cnt timeouts and its
 # peer waits forever.
+#
+# GSO: uroce sends a burst of packets as one UDP GSO datagram, which the veth
+# pair carries whole.  In the impaired cases UDP segmentation offload is
+# turned off on the veths (ethtool), so the ingress loss hits single packets;
+# duplication (egress hook) and uroce-netem (POSTROUTING, it queues GSO
+# datagrams unsegmented) still act on whole bursts.
 #
 # Counters: uroce publishes them in /dev/shm/uroce.<pid> and unlinks that
 # file when the process exits.  To get the *final* values, a watcher
@@ -403,12 +410,32 @@ run_check() {
 # ------------------------------------------------------------------ cases --
 
 # pingpong runs shared by clean/loss/dup/delay_reorder; $1 = per-run checker
+# pingpong_set CHECKER [DEFAULT_ENV...]: DEFAULT_ENV is extra environment
+# for the default-size runs only
 pingpong_set() {
     local checker=$1 fam
+    shift
     for fam in v4 v6; do
+        RUN_ENV=("$@")
         run_check "pp_${fam}_default" $fam $checker -- ibv_rc_pingpong -g 0 -c
+        RUN_ENV=()
         run_check "pp_${fam}_64k" $fam $checker -- ibv_rc_pingpong -g 0 -c -s 65536 -n 200
     done
+}
+
+# uroce sends a burst of a QP's packets as one UDP GSO datagram (up to 64
+# packets), and the veth pair passes such a datagram through whole: an nft
+# drop at the receiver's ingress would drop the whole burst.  With UDP
+# segmentation offload off on the veths the kernel segments before the wire,
+# so loss hits single RoCE packets as on a real network.  (Duplication and
+# uroce-netem's delay/reorder act before segmentation: they still take a
+# burst as a unit.)
+veth_segment() {
+    command -v ethtool >/dev/null 2>&1 || { log "ethtool missing: loss drops whole GSO bursts"; return 0; }
+    ip netns exec "$NS_A" ethtool -K "$VETH_A" tx-udp-segmentation off >/dev/null 2>&1 &&
+        ip netns exec "$NS_B" ethtool -K "$VETH_B" tx-udp-segmentation off >/dev/null 2>&1 ||
+        log "ethtool -K tx-udp-segmentation off failed: loss drops whole GSO bursts"
+    return 0
 }
 
 check_clean() {
@@ -524,6 +551,7 @@ for d in /dev/shm/netrc.*; do
 done
 KEEP_DIR=/dev/shm/netrc.$$
 mkdir -p "$KEEP_DIR" || { log "cannot create $KEEP_DIR"; exit 1; }
+[ "$CASE" = clean ] || veth_segment
 
 T0=$(now)
 echo "netrc $CASE: $NS_A ($ADDR_A, $ADDR6_A) <-> $NS_B ($ADDR_B, $ADDR6_B), bound ${NETRC_BOUND}s per pair"
@@ -560,7 +588,12 @@ for ((rep = 1; rep <= NETRC_REPEAT; rep++)); do
         ;;
     delay_reorder)
         [ $rep = 1 ] && impair_delay_both
-        pingpong_set check_reorder
+        # a default-size message (4 packets) leaves as one GSO datagram,
+        # which uroce-netem holds and releases as a unit, and ibv_rc_pingpong
+        # has one message in flight: nothing could be reordered.  Those runs
+        # send packet by packet (UROCE_NO_GSO=1); the 64 KiB runs keep GSO
+        # (several datagrams in flight are reordered among themselves).
+        pingpong_set check_reorder UROCE_NO_GSO=1
         ;;
     all)
         [ $rep = 1 ] && impair_all
