@@ -425,6 +425,9 @@ static void tcp_client(const struct opts *o)
 			die("malloc");
 		long n = 0;
 		double c0 = cpu_s(), t0 = now_s(), end = t0 + o->duration;
+		/* warm-up: -w iterations, at most a tenth of -D */
+		double warm_end = t0 + o->duration / 10;
+		bool measuring = o->warmup == 0;
 		for (long i = 0; n < o->iters; i++) {
 			uint64_t a = now_ns();
 			if (tcp_send_all(fd, buf, o->size, o->blocking, o->timeout))
@@ -432,7 +435,9 @@ static void tcp_client(const struct opts *o)
 			if (tcp_recv_all(fd, buf, o->size, o->blocking, o->timeout))
 				fail("recv failed (peer gone or timeout)");
 			uint64_t b = now_ns();
-			if (i >= o->warmup)
+			if (!measuring && (i >= o->warmup || now_s() > warm_end))
+				measuring = true;
+			if (measuring)
 				rtt[n++] = b - a;
 			if ((i & 15) == 0 && now_s() > end && n > 0)
 				break;
@@ -594,6 +599,9 @@ static void udp_client(const struct opts *o)
 		long n = 0, lost = 0;
 		uint32_t seq = 0;
 		double c0 = cpu_s(), t0 = now_s(), end = t0 + o->duration;
+		/* warm-up: -w iterations, at most a tenth of -D */
+		double warm_end = t0 + o->duration / 10;
+		bool measuring = o->warmup == 0;
 		for (long i = 0; n < o->iters; i++) {
 			seq++;
 			uint64_t a = now_ns();
@@ -616,8 +624,11 @@ static void udp_client(const struct opts *o)
 				lost++;
 				if (lost > 100 && lost > n / 10)
 					fail("too many lost UDP messages");
-			} else if (i >= o->warmup) {
-				rtt[n++] = b - a;
+			} else {
+				if (!measuring && (i >= o->warmup || now_s() > warm_end))
+					measuring = true;
+				if (measuring)
+					rtt[n++] = b - a;
 			}
 			if ((i & 15) == 0 && now_s() > end && n > 0)
 				break;

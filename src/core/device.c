@@ -258,7 +258,13 @@ struct uroce_dev *uroce_dev_get(void)
 		return NULL;
 	}
 	pthread_mutex_init(&dev->lock, NULL);
-	pthread_mutex_init(&dev->rx_lock, NULL);
+	/* priority inheritance: a real-time engine that waits for rx_lock lends
+	 * its priority to the application thread holding it (no inversion) */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+	pthread_mutex_init(&dev->rx_lock, &ma);
+	pthread_mutexattr_destroy(&ma);
 	dev->refcnt = 1;
 	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
 	rc = uroce_config_load(&dev->cfg);

@@ -204,13 +204,14 @@ int engine_start(struct uroce_dev *dev)
 	dev->engine_running = true;
 	/* One-sided operations are executed by the engine while the target
 	 * application spins on memory.  On two cores with spinning applications
-	 * a sleeping CFS thread wakes late, so UROCE_ENGINE_RT=1 asks for the
-	 * lowest real-time priority (root, CAP_SYS_NICE or RLIMIT_RTPRIO): it
-	 * then wakes within microseconds and never busy-waits.  Off by default:
-	 * combined with the poll hand-off it was seen to stall a receive queue
-	 * for ~100 ms under load (docs/architecture.md). */
+	 * a sleeping CFS thread wakes late -- under load, by tens of ms -- so the
+	 * engine asks for the lowest real-time priority when it may (root,
+	 * CAP_SYS_NICE or RLIMIT_RTPRIO): it then wakes within microseconds.  It
+	 * never busy-waits in that mode, and rx_lock inherits priority, so an
+	 * application thread holding it is never left behind.
+	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread. */
 	const char *rt = getenv("UROCE_ENGINE_RT");
-	if (rt && *rt == '1') {
+	if (!rt || *rt != '0') {
 		struct sched_param sp = { .sched_priority = 1 };
 		if (pthread_setschedparam(dev->engine, SCHED_FIFO, &sp) == 0)
 			dev->engine_rt = true;
