@@ -1,0 +1,1063 @@
+#!/usr/bin/env python3
+"""uroce benchmark: uroce (perftest through `uroce run`) against loopback TCP,
+plain UDP and a memcpy bound, in one run on one machine.
+
+Run it through bench/run.sh (which builds first).  Every figure printed or
+written comes from this run; nothing is hard-coded.  Each measurement is
+repeated --reps times (interleaved: repetition is the outer loop) and the
+median is reported.  A tool that fails or hangs is recorded as failed, with
+the reason, and the run goes on.
+
+CPU seconds per GB: user+system CPU of both processes (server and client),
+from wait4()'s rusage of each (the whole process lifetime, engine threads
+included; for qperf's server, the CPU of the forked child that served the
+test), divided by the bytes moved (1 GB = 1e9 bytes).
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = [2, 64, 4096, 65536, 1048576]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# ----------------------------------------------------------------- metrics --
+
+BW_METRICS = [
+    # id, label
+    ("uroce_write_bw", "uroce RDMA WRITE (ib_write_bw)"),
+    ("uroce_read_bw", "uroce RDMA READ (ib_read_bw)"),
+    ("uroce_send_bw", "uroce SEND (ib_send_bw)"),
+    ("tcp_bw", "TCP (qperf tcp_bw)"),
+    ("tcp_stream", "TCP stream (bench, blocking)"),
+    ("udp_stream", "UDP stream (bench, blocking)"),
+    ("memcpy_warm", "memcpy, warm buffer"),
+    ("memcpy_cold", "memcpy, cold (> LLC)"),
+]
+LAT_METRICS = [
+    ("uroce_send_lat", "uroce SEND (ib_send_lat)"),
+    ("uroce_write_lat", "uroce WRITE (ib_write_lat)"),
+    ("uroce_read_lat", "uroce READ (ib_read_lat, RTT)"),
+    ("qperf_tcp_lat", "TCP blocking (qperf tcp_lat, mean)"),
+    ("tcp_pp_blocking", "TCP blocking ping-pong (bench)"),
+    ("tcp_pp_busy", "TCP busy-poll ping-pong (bench)"),
+    ("udp_pp_blocking", "UDP blocking ping-pong (bench)"),
+    ("udp_pp_busy", "UDP busy-poll ping-pong (bench)"),
+    ("memcpy_warm", "memcpy per copy, warm"),
+    ("memcpy_cold", "memcpy per copy, cold"),
+]
+PERFTEST_BW = {"uroce_write_bw": "ib_write_bw", "uroce_read_bw": "ib_read_bw", "uroce_send_bw": "ib_send_bw"}
+PERFTEST_LAT = {"uroce_send_lat": "ib_send_lat", "uroce_write_lat": "ib_write_lat", "uroce_read_lat": "ib_read_lat"}
+ATOMICS = [("uroce_atomic_fadd", "FETCH_AND_ADD"), ("uroce_atomic_cas", "CMP_AND_SWAP")]
+
+
+def fmt_size(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return "%d MiB" % (n >> 20)
+    if n >= 1 << 10 and n % (1 << 10) == 0:
+        return "%d KiB" % (n >> 10)
+    return "%d B" % n
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(xs) if xs else None
+
+
+# ----------------------------------------------------------------- processes --
+
+class Proc:
+    """A child in its own session; reaped with wait4() to get its CPU time."""
+
+    def __init__(self, argv, logbase, env=None):
+        self.argv = argv
+        self.out_path = logbase + ".out"
+        self.err_path = logbase + ".err"
+        self.rc = None
+        self.cpu = None
+        self.t0 = time.monotonic()
+        self.wall = None
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.p = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                      start_new_session=True, env=env)
+        self.pid = self.p.pid
+
+    def _reaped(self, status, ru):
+        self.rc = os.waitstatus_to_exitcode(status)
+        self.cpu = ru.ru_utime + ru.ru_stime
+        self.wall = time.monotonic() - self.t0
+        self.p.returncode = self.rc
+
+    def poll(self):
+        if self.rc is not None:
+            return True
+        try:
+            pid, status, ru = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            self.rc = -999
+            return True
+        if pid == 0:
+            return False
+        self._reaped(status, ru)
+        return True
+
+    def wait(self, timeout):
+        end = time.monotonic() + timeout
+        delay = 0.002
+        while not self.poll():
+            if time.monotonic() > end:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.05)
+        return True
+
+    def kill(self):
+        if self.poll():
+            return
+        for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+            if self.wait(grace):
+                return
+
+    def out(self):
+        try:
+            with open(self.out_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def err(self):
+        try:
+            with open(self.err_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def tail(self, n=3):
+        lines = [l.strip() for l in (self.err() + "\n" + self.out()).splitlines() if l.strip()]
+        return " | ".join(lines[-n:])[-300:]
+
+
+def listening_tcp(port):
+    hexport = ":%04X" % port
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) > 3 and parts[1].endswith(hexport) and parts[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def proc_stat_ticks(pid, children=False):
+    with open("/proc/%d/stat" % pid) as f:
+        s = f.read()
+    fields = s[s.rindex(")") + 2:].split()
+    # fields[0] is state (field 3); utime is field 14 -> index 11
+    t = int(fields[11]) + int(fields[12])
+    if children:
+        t += int(fields[13]) + int(fields[14])
+    return t
+
+
+def proc_run_ns(pid):
+    """CPU time of all threads in ns from schedstat (precise), or None."""
+    total = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def has_children(pid):
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                if f.read().strip():
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+# ------------------------------------------------------------------ bench --
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.root = os.path.abspath(args.root)
+        self.bindir = os.path.join(self.root, "build", "bin")
+        self.uroce = os.path.join(self.bindir, "uroce")
+        self.pp_bin = os.path.join(self.bindir, "tcp_pingpong")
+        self.memcpy = os.path.join(self.bindir, "memcpy_bw")
+        self.out = os.path.abspath(args.out)
+        self.logdir = os.path.join(self.out, "logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        for f in os.listdir(self.logdir):
+            if f.endswith((".out", ".err")):
+                os.unlink(os.path.join(self.logdir, f))
+        self.quick = args.quick
+        self.reps = 1 if args.quick else args.reps
+        self.sizes = args.sizes
+        self.t_start = time.monotonic()
+        self.budget = args.budget if args.budget else (80.0 if self.quick else 560.0)
+        self.used_ports = set()
+        self.runs = []
+        self.est = {}  # (metric, size) -> seconds per iteration
+        self.nlog = 0
+        self.qperf = None
+        if self.quick:
+            self.cfg = dict(bw_target_s=None, lat_target_s=None, pp_s=0.2, stream_s=0.25, qperf_s=1,
+                            memcpy_s=0.05, memcpy_pool_mb=256, idle_s=2.0)
+        else:
+            self.cfg = dict(bw_target_s=0.8, lat_target_s=0.5, pp_s=0.6, stream_s=0.8, qperf_s=1,
+                            memcpy_s=0.25, memcpy_pool_mb=0, idle_s=5.0)
+
+    # -- helpers --------------------------------------------------------
+    def elapsed(self):
+        return time.monotonic() - self.t_start
+
+    def remaining(self):
+        return self.budget - self.elapsed()
+
+    def log(self, msg):
+        print("[%6.1fs] %s" % (self.elapsed(), msg), file=sys.stderr, flush=True)
+
+    def logbase(self, tag):
+        self.nlog += 1
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", tag)
+        return os.path.join(self.logdir, "%04d_%s" % (self.nlog, safe))
+
+    def free_port(self):
+        for _ in range(200):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("0.0.0.0", 0))
+            port = s.getsockname()[1]
+            s.close()
+            if port in self.used_ports:
+                continue
+            try:
+                u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                u.bind(("0.0.0.0", port))
+                u.close()
+            except OSError:
+                continue
+            self.used_ports.add(port)
+            return port
+        raise RuntimeError("no free port")
+
+    def record(self, metric, size, rep, ok, values=None, reason=None, **extra):
+        r = dict(metric=metric, size=size, rep=rep, ok=ok, values=values or {}, reason=reason)
+        r.update(extra)
+        self.runs.append(r)
+        if ok:
+            shown = ", ".join("%s=%s" % (k, ("%.4g" % v) if isinstance(v, float) else v)
+                              for k, v in (values or {}).items() if k in
+                              ("bw_GBps", "lat_median_us", "lat_p99_us", "lat_mean_us", "cpu_s_per_GB",
+                               "ops_per_s", "loss_pct", "pct_core"))
+            self.log("%-18s %8s rep %-5s ok   %s" % (metric, fmt_size(size) if size else "-", rep, shown))
+        else:
+            self.log("%-18s %8s rep %-5s FAIL %s" % (metric, fmt_size(size) if size else "-", rep, reason))
+        return r
+
+    def skip_if_out_of_time(self, metric, size, rep, need=3.0):
+        if self.remaining() < need:
+            self.record(metric, size, rep, False, reason="skipped: time budget (%.0f s) used up" % self.budget,
+                        skipped=True)
+            return True
+        return False
+
+    def run_pair(self, tag, server_argv, client_argv, ready, client_timeout, server_grace=10.0):
+        """Start the server, wait until ready(server) is true, run the client.
+        Returns (ok, reason, server, client)."""
+        client_timeout = max(3.0, min(client_timeout, self.remaining() + 15.0))
+        srv = Proc(server_argv, self.logbase(tag + "_server"))
+        t_end = time.monotonic() + 15.0
+        while not ready(srv):
+            if srv.poll():
+                return False, "server exited before it was ready (rc %s): %s" % (srv.rc, srv.tail()), srv, None
+            if time.monotonic() > t_end:
+                srv.kill()
+                return False, "server not ready after 15 s: %s" % srv.tail(), srv, None
+            time.sleep(0.01)
+        cli = Proc(client_argv, self.logbase(tag + "_client"))
+        if not cli.wait(client_timeout):
+            cli.kill()
+            srv.kill()
+            return False, "client hung: killed after %.0f s (%s)" % (client_timeout, cli.tail()), srv, cli
+        if not srv.wait(server_grace):
+            srv.kill()
+            if cli.rc == 0:
+                return False, "server did not exit %.0f s after the client (killed): %s" % (server_grace, srv.tail()), srv, cli
+        if cli.rc != 0:
+            return False, "client rc %s: %s" % (cli.rc, cli.tail()), srv, cli
+        if srv.rc != 0:
+            return False, "server rc %s: %s" % (srv.rc, srv.tail()), srv, cli
+        return True, None, srv, cli
+
+    # -- perftest -------------------------------------------------------
+    def perftest(self, tool, opts, tag, timeout):
+        port = self.free_port()
+        base = [self.uroce, "run", "--", tool, "-p", str(port), "-F"] + opts
+        ok, reason, srv, cli = self.run_pair(tag, base, base + ["127.0.0.1"], lambda s: listening_tcp(port), timeout)
+        return ok, reason, srv, cli, " ".join(base + ["127.0.0.1"])
+
+    @staticmethod
+    def parse_perftest(text, size):
+        lines = text.splitlines()
+        for i, l in enumerate(lines):
+            if "#bytes" in l:
+                header = l
+                for l2 in lines[i + 1:]:
+                    f = l2.split()
+                    if len(f) >= 5 and f[0] == str(size):
+                        try:
+                            return header, [float(x) for x in f]
+                        except ValueError:
+                            continue
+        return None, None
+
+    def uroce_bw(self, metric, size, rep):
+        tool = PERFTEST_BW[metric]
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        key = (metric, size)
+        if self.quick or key not in self.est:
+            n = max(5, min(5000, (8 << 20) // size))
+            probe = not self.quick
+        else:
+            n = int(self.cfg["bw_target_s"] / self.est[key])
+            n = max(5, min(2000000, n))
+            probe = False
+        if probe:  # calibration run (not counted): sets the iteration count
+            self._uroce_bw_once(metric, tool, size, n, "probe")
+            if key not in self.est:
+                self.record(metric, size, rep, False, reason="calibration run failed; see the probe record")
+                return
+            n = max(5, min(2000000, int(self.cfg["bw_target_s"] / self.est[key])))
+        self._uroce_bw_once(metric, tool, size, n, rep)
+
+    def _uroce_bw_once(self, metric, tool, size, n, rep):
+        expect = self.est.get((metric, size), 0.002) * n
+        ok, reason, srv, cli, cmd = self.perftest(tool, ["-s", str(size), "-n", str(n), "--report_gbits"],
+                                                  "%s_%d_%s" % (metric, size, rep), 20 + 5 * expect)
+        if not ok:
+            return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
+        header, f = self.parse_perftest(cli.out(), size)
+        if not f:
+            return self.record(metric, size, rep, False, reason="no result line in output: " + cli.tail(), cmd=cmd)
+        iters, avg, rate = f[1], f[3], f[4]
+        if "Gb/sec" in header:
+            bps = avg * 1e9 / 8
+        else:
+            bps = avg * (1 << 20)
+        gb = iters * size / 1e9
+        cpu = (cli.cpu or 0) + (srv.cpu or 0)
+        if rate > 0:
+            self.est[(metric, size)] = 1.0 / (rate * 1e6)
+        vals = dict(bw_GBps=bps / 1e9, msg_rate=rate * 1e6, iters=int(iters), bytes=iters * size,
+                    cpu_client_s=cli.cpu, cpu_server_s=srv.cpu, cpu_s_per_GB=cpu / gb if gb else None,
+                    wall_client_s=cli.wall)
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def uroce_lat(self, metric, size, rep):
+        tool = PERFTEST_LAT[metric]
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        key = (metric, size)
+        probe_n = 300 if size <= 4096 else (100 if size <= 65536 else 30)
+        if self.quick or key not in self.est:
+            n, probe = probe_n, not self.quick
+        else:
+            n, probe = max(200, min(20000, int(self.cfg["lat_target_s"] / self.est[key]))), False
+        if probe:
+            self._uroce_lat_once(metric, tool, size, probe_n, "probe")
+            if key not in self.est:
+                self.record(metric, size, rep, False, reason="calibration run failed; see the probe record")
+                return
+            n = max(200, min(20000, int(self.cfg["lat_target_s"] / self.est[key])))
+        self._uroce_lat_once(metric, tool, size, n, rep)
+
+    def _uroce_lat_once(self, metric, tool, size, n, rep):
+        expect = self.est.get((metric, size), 0.005) * n
+        ok, reason, srv, cli, cmd = self.perftest(tool, ["-s", str(size), "-n", str(n)],
+                                                  "%s_%d_%s" % (metric, size, rep), 20 + 5 * expect)
+        if not ok:
+            return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
+        header, f = self.parse_perftest(cli.out(), size)
+        if not f or len(f) < 8:
+            return self.record(metric, size, rep, False, reason="no result line in output: " + cli.tail(), cmd=cmd)
+        # bytes iters t_min t_max t_typical t_avg t_stdev 99% 99.9%
+        per_iter = f[5] * 1e-6 * (1 if metric == "uroce_read_lat" else 2)
+        self.est[(metric, size)] = per_iter
+        vals = dict(lat_median_us=f[4], lat_p99_us=f[7], lat_mean_us=f[5], lat_min_us=f[2], lat_max_us=f[3],
+                    lat_p999_us=f[8] if len(f) > 8 else None, iters=int(f[1]),
+                    cpu_client_s=cli.cpu, cpu_server_s=srv.cpu)
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def uroce_atomic(self, metric, op, rep):
+        if self.skip_if_out_of_time(metric, 8, rep):
+            return
+        key = (metric, 8)
+        if self.quick or key not in self.est:
+            n, probe = 2000, not self.quick
+        else:
+            n, probe = max(100, min(2000000, int(self.cfg["bw_target_s"] / self.est[key]))), False
+        if probe:
+            self._uroce_atomic_once(metric, op, n, "probe")
+            if key not in self.est:
+                self.record(metric, 8, rep, False, reason="calibration run failed; see the probe record")
+                return
+            n = max(100, min(2000000, int(self.cfg["bw_target_s"] / self.est[key])))
+        self._uroce_atomic_once(metric, op, n, rep)
+
+    def _uroce_atomic_once(self, metric, op, n, rep):
+        expect = self.est.get((metric, 8), 0.0001) * n
+        ok, reason, srv, cli, cmd = self.perftest("ib_atomic_bw", ["-A", op, "-n", str(n)],
+                                                  "%s_%s" % (metric, rep), 20 + 5 * expect)
+        if not ok:
+            return self.record(metric, 8, rep, False, reason=reason, cmd=cmd)
+        header, f = self.parse_perftest(cli.out(), 8)
+        if not f:
+            return self.record(metric, 8, rep, False, reason="no result line in output: " + cli.tail(), cmd=cmd)
+        rate = f[4] * 1e6
+        if rate > 0:
+            self.est[(metric, 8)] = 1.0 / rate
+        vals = dict(ops_per_s=rate, iters=int(f[1]), cpu_client_s=cli.cpu, cpu_server_s=srv.cpu,
+                    cpu_us_per_op=((cli.cpu or 0) + (srv.cpu or 0)) / f[1] * 1e6 if f[1] else None)
+        return self.record(metric, 8, rep, True, vals, cmd=cmd)
+
+    # -- qperf ----------------------------------------------------------
+    def qperf_server(self):
+        if self.qperf and not self.qperf[0].poll():
+            return self.qperf
+        port = self.free_port()
+        p = Proc(["qperf", "-lp", str(port)], self.logbase("qperf_daemon"))
+        end = time.monotonic() + 10
+        while not listening_tcp(port):
+            if p.poll() or time.monotonic() > end:
+                p.kill()
+                self.qperf = None
+                return None
+            time.sleep(0.01)
+        self.qperf = (p, port)
+        return self.qperf
+
+    def qperf_test(self, metric, test, size, rep):
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        q = self.qperf_server()
+        if not q:
+            return self.record(metric, size, rep, False, reason="qperf server did not start")
+        daemon, port = q
+        t = str(int(self.cfg["qperf_s"]))  # qperf -t takes whole seconds (0 = forever)
+        argv = ["qperf", "-lp", str(port), "-t", t, "-m", str(size), "-vvs", "-vvt", "127.0.0.1", test]
+        cmd = " ".join(argv)
+        try:
+            before = proc_stat_ticks(daemon.pid, children=True)
+        except OSError:
+            before = None
+        cli = Proc(argv, self.logbase("%s_%d_%s" % (metric, size, rep)))
+        if not cli.wait(int(t) + 20):
+            cli.kill()
+            daemon.kill()
+            self.qperf = None
+            return self.record(metric, size, rep, False, reason="qperf client hung (killed)", cmd=cmd)
+        end = time.monotonic() + 3
+        while has_children(daemon.pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        try:
+            after = proc_stat_ticks(daemon.pid, children=True)
+        except OSError:
+            after = None
+        out = cli.out()
+        if cli.rc != 0:
+            return self.record(metric, size, rep, False, reason="qperf rc %s: %s" % (cli.rc, cli.tail()), cmd=cmd)
+        kv = {}
+        for line in out.splitlines():
+            m = re.match(r"\s*(\w+)\s*=\s*([0-9.,]+)\s*(\S*)", line)
+            if m:
+                kv[m.group(1)] = (float(m.group(2).replace(",", "")), m.group(3))
+        srv_cpu = (after - before) / CLK_TCK if before is not None and after is not None else None
+        if test == "tcp_bw":
+            if "bw" not in kv:
+                return self.record(metric, size, rep, False, reason="no bw in qperf output: " + cli.tail(), cmd=cmd)
+            v, unit = kv["bw"]
+            mult = {"GB/sec": 1e9, "MB/sec": 1e6, "KB/sec": 1e3, "bytes/sec": 1, "B/sec": 1}.get(unit)
+            if mult is None:
+                return self.record(metric, size, rep, False, reason="unknown qperf unit %r" % unit, cmd=cmd)
+            bps = v * mult
+            msgs = kv.get("rem_recv_msgs", kv.get("loc_send_msgs", (None, None)))[0]
+            secs = kv.get("loc_real_time", (float(t), None))[0]
+            nbytes = msgs * size if msgs else bps * secs
+            cpu = (cli.cpu or 0) + (srv_cpu or 0)
+            vals = dict(bw_GBps=bps / 1e9, bytes=nbytes, cpu_client_s=cli.cpu, cpu_server_s=srv_cpu,
+                        cpu_s_per_GB=cpu / (nbytes / 1e9) if nbytes else None,
+                        qperf_send_cost=kv.get("send_cost", (None,))[0], qperf_recv_cost=kv.get("recv_cost", (None,))[0])
+            return self.record(metric, size, rep, True, vals, cmd=cmd)
+        else:
+            if "latency" not in kv:
+                return self.record(metric, size, rep, False, reason="no latency in qperf output: " + cli.tail(), cmd=cmd)
+            v, unit = kv["latency"]
+            mult = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}.get(unit)
+            if mult is None:
+                return self.record(metric, size, rep, False, reason="unknown qperf unit %r" % unit, cmd=cmd)
+            vals = dict(lat_mean_us=v * mult, cpu_client_s=cli.cpu, cpu_server_s=srv_cpu)
+            return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    # -- bench programs -------------------------------------------------
+    @staticmethod
+    def parse_result(text, **match):
+        for line in text.splitlines():
+            if not line.startswith("RESULT "):
+                continue
+            kv = {}
+            for tok in line.split()[1:]:
+                if "=" in tok:
+                    k, v = tok.split("=", 1)
+                    try:
+                        kv[k] = float(v)
+                    except ValueError:
+                        kv[k] = v
+            if all(kv.get(k) == v for k, v in match.items()):
+                return kv
+        return None
+
+    def pingpong(self, metric, size, rep):
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        udp = metric.startswith("udp")
+        blocking = metric.endswith("blocking")
+        port = self.free_port()
+        srv = [self.pp_bin, "-p", str(port)] + (["--udp"] if udp else [])
+        cli = srv + ["-s", str(size), "-n", "1000000", "-w", "100", "-D", str(self.cfg["pp_s"])] + \
+            (["--blocking"] if blocking else []) + ["127.0.0.1"]
+        ok, reason, s, c = self.run_pair("%s_%d_%s" % (metric, size, rep), srv, cli,
+                                         lambda p: "READY" in p.out(), 30 + 2 * self.cfg["pp_s"])
+        cmd = " ".join(cli)
+        if not ok:
+            return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
+        kv = self.parse_result(c.out(), mode="pingpong")
+        if not kv or not kv.get("iters"):
+            return self.record(metric, size, rep, False, reason="no samples: " + c.tail(), cmd=cmd)
+        vals = {k: kv.get(k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us", "lat_min_us", "lat_max_us",
+                                       "iters", "lost")}
+        vals.update(cpu_client_s=c.cpu, cpu_server_s=s.cpu)
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def stream(self, metric, size, rep):
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        udp = metric.startswith("udp")
+        port = self.free_port()
+        srv = [self.pp_bin, "-p", str(port)] + (["--udp"] if udp else [])
+        cli = srv + ["-s", str(size), "--stream", "--blocking", "-D", str(self.cfg["stream_s"]), "127.0.0.1"]
+        ok, reason, s, c = self.run_pair("%s_%d_%s" % (metric, size, rep), srv, cli,
+                                         lambda p: "READY" in p.out(), 30 + 2 * self.cfg["stream_s"])
+        cmd = " ".join(cli)
+        if not ok:
+            return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
+        rx = self.parse_result(s.out(), role="recv")
+        tx = self.parse_result(c.out(), role="send")
+        if not rx or not rx.get("bytes"):
+            return self.record(metric, size, rep, False, reason="receiver got nothing: " + s.tail(), cmd=cmd)
+        gb = rx["bytes"] / 1e9
+        cpu = (c.cpu or 0) + (s.cpu or 0)
+        vals = dict(bw_GBps=rx["bw_GBps"], bytes=rx["bytes"], send_GBps=tx.get("bw_GBps") if tx else None,
+                    loss_pct=rx.get("loss_pct", 0.0) if udp else None,
+                    cpu_client_s=c.cpu, cpu_server_s=s.cpu, cpu_s_per_GB=cpu / gb if gb else None)
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def memcpy_run(self, rep):
+        if self.skip_if_out_of_time("memcpy_warm", 0, rep, need=5.0):
+            return
+        argv = [self.memcpy, "-s", ",".join(str(s) for s in self.sizes), "-t", str(self.cfg["memcpy_s"])]
+        if self.cfg["memcpy_pool_mb"]:
+            argv += ["--pool-mb", str(self.cfg["memcpy_pool_mb"])]
+        p = Proc(argv, self.logbase("memcpy_%s" % rep))
+        cmd = " ".join(argv)
+        if not p.wait(60) or p.rc != 0:
+            p.kill()
+            for s in self.sizes:
+                for kind in ("warm", "cold"):
+                    self.record("memcpy_" + kind, s, rep, False, reason="memcpy_bw failed: rc %s %s" % (p.rc, p.tail()),
+                                cmd=cmd)
+            return
+        text = p.out()
+        m = re.search(r"INFO l3_bytes=(\d+) pool_bytes=(\d+)", text)
+        for s in self.sizes:
+            for kind in ("warm", "cold"):
+                kv = self.parse_result(text, kind=kind, size=float(s))
+                if not kv or "bw_GBps" not in kv:
+                    self.record("memcpy_" + kind, s, rep, False, reason="no result: " + (kv or {}).get("error", "?"),
+                                cmd=cmd)
+                    continue
+                vals = dict(bw_GBps=kv["bw_GBps"], cpu_s_per_GB=kv["cpu_s_per_GB"],
+                            lat_median_us=kv["copy_ns_median"] / 1e3, lat_p99_us=kv["copy_ns_p99"] / 1e3,
+                            l3_bytes=int(m.group(1)) if m else None, pool_bytes=int(m.group(2)) if m else None)
+                self.record("memcpy_" + kind, s, rep, True, vals, cmd=cmd)
+
+    # -- idle CPU -------------------------------------------------------
+    def idle_cpu(self):
+        """CPU used by uroce processes that sit with no traffic: an ib_write_bw
+        server waiting for its client (device open, engine thread running) and
+        an ibv_rc_pingpong server waiting for its client (its QP is created and
+        receives are posted before it waits).  Sampled together."""
+        secs = self.cfg["idle_s"]
+        procs = []
+        p1 = self.free_port()
+        procs.append(("idle_ib_write_bw_server", Proc([self.uroce, "run", "--", "ib_write_bw", "-p", str(p1), "-F"],
+                                                      self.logbase("idle_ib_write_bw")), p1,
+                      "uroce run -- ib_write_bw -p %d -F  (waiting for a client)" % p1))
+        p2 = self.free_port()
+        procs.append(("idle_rc_pingpong_server", Proc([self.uroce, "run", "--", "ibv_rc_pingpong", "-g", "0", "-p", str(p2)],
+                                                      self.logbase("idle_rc_pingpong")), p2,
+                      "uroce run -- ibv_rc_pingpong -g 0 -p %d  (QP created, receives posted, waiting)" % p2))
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not all(listening_tcp(port) or p.poll() for _, p, port, _ in procs):
+            time.sleep(0.02)
+        time.sleep(1.0)  # let start-up work finish
+        samples = {}
+        t0 = time.monotonic()
+        for name, p, port, desc in procs:
+            if p.poll():
+                samples[name] = None
+            else:
+                samples[name] = (proc_run_ns(p.pid), proc_stat_ticks(p.pid))
+        time.sleep(secs)
+        t1 = time.monotonic()
+        for name, p, port, desc in procs:
+            s0 = samples.get(name)
+            if p.poll() or not s0:
+                self.record(name, 0, 0, False, reason="exited while idle (rc %s): %s" % (p.rc, p.tail()), cmd=desc)
+                continue
+            try:
+                ns1, t1k = proc_run_ns(p.pid), proc_stat_ticks(p.pid)
+                threads = len(os.listdir("/proc/%d/task" % p.pid))
+            except OSError as e:
+                self.record(name, 0, 0, False, reason=str(e), cmd=desc)
+                continue
+            wall = t1 - t0
+            if s0[0] is not None and ns1 is not None:
+                cpu = (ns1 - s0[0]) / 1e9
+                method = "schedstat"
+            else:
+                cpu = (t1k - s0[1]) / CLK_TCK
+                method = "stat"
+            self.record(name, 0, 0, True, dict(pct_core=100.0 * cpu / wall, cpu_s=cpu, seconds=wall,
+                                               stat_ticks=t1k - s0[1], threads=threads, method=method), cmd=desc)
+        for _, p, _, _ in procs:
+            p.kill()
+
+    # -- the plan -------------------------------------------------------
+    def guard(self, fn, metric, size, rep, *a):
+        """A bug or an unexpected tool output fails one measurement, not the run."""
+        try:
+            fn(*a)
+        except Exception as e:  # noqa: BLE001
+            self.record(metric, size, rep, False, reason="bench.py error: %s: %s" % (type(e).__name__, e))
+
+    def run(self):
+        self.log("idle CPU sample (%.0f s)" % self.cfg["idle_s"])
+        self.guard(self.idle_cpu, "idle", 0, 0)
+        write_read_lat_sizes = [s for s in self.sizes if s == 2] if self.quick else self.sizes
+        for rep in range(self.reps):
+            self.log("=== repetition %d/%d" % (rep + 1, self.reps))
+            self.guard(self.memcpy_run, "memcpy", 0, rep, rep)
+            for size in self.sizes:
+                for metric in PERFTEST_BW:
+                    self.guard(self.uroce_bw, metric, size, rep, metric, size, rep)
+                self.guard(self.qperf_test, "tcp_bw", size, rep, "tcp_bw", "tcp_bw", size, rep)
+                for metric in ("tcp_stream", "udp_stream"):
+                    self.guard(self.stream, metric, size, rep, metric, size, rep)
+                for metric in PERFTEST_LAT:
+                    if metric == "uroce_send_lat" or size in write_read_lat_sizes:
+                        self.guard(self.uroce_lat, metric, size, rep, metric, size, rep)
+                self.guard(self.qperf_test, "qperf_tcp_lat", size, rep, "qperf_tcp_lat", "tcp_lat", size, rep)
+                for metric in ("tcp_pp_blocking", "tcp_pp_busy", "udp_pp_blocking", "udp_pp_busy"):
+                    self.guard(self.pingpong, metric, size, rep, metric, size, rep)
+            for metric, op in ATOMICS:
+                self.guard(self.uroce_atomic, metric, 8, rep, metric, op, rep)
+        if self.qperf:
+            self.qperf[0].kill()
+
+    # -- summary --------------------------------------------------------
+    def summarize(self):
+        summ = {}
+        for r in self.runs:
+            if r["rep"] == "probe":
+                continue
+            d = summ.setdefault(r["metric"], {}).setdefault(str(r["size"]), dict(n_ok=0, n_failed=0, reasons=[],
+                                                                                 reps=[]))
+            if r["ok"]:
+                d["n_ok"] += 1
+                d["reps"].append(r["values"])
+            else:
+                d["n_failed"] += 1
+                d["reasons"].append(r["reason"])
+        for metric, bysize in summ.items():
+            for size, d in bysize.items():
+                keys = set()
+                for v in d["reps"]:
+                    keys.update(k for k, x in v.items() if isinstance(x, (int, float)) and not isinstance(x, bool))
+                d["median"] = {k: median([v.get(k) for v in d["reps"]]) for k in sorted(keys)}
+                for k in ("bw_GBps", "lat_median_us"):
+                    xs = [v.get(k) for v in d["reps"] if v.get(k) is not None]
+                    if xs:
+                        d.setdefault("range", {})[k] = [min(xs), max(xs)]
+        self.summary = summ
+        return summ
+
+    def get(self, metric, size, key):
+        d = self.summary.get(metric, {}).get(str(size))
+        if not d or not d["n_ok"]:
+            return None
+        return d["median"].get(key)
+
+    def status(self, metric, size):
+        d = self.summary.get(metric, {}).get(str(size))
+        if not d:
+            return "not run"
+        if d["n_ok"] == 0:
+            return "FAILED: " + (d["reasons"][0] if d["reasons"] else "?")
+        if d["n_failed"]:
+            return "%d/%d failed" % (d["n_failed"], d["n_ok"] + d["n_failed"])
+        return ""
+
+
+# ------------------------------------------------------------------ output --
+
+def num(v, digits=3):
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 1000:
+        return "%.0f" % v
+    if a >= 100:
+        return "%.1f" % v
+    return "%.*g" % (digits, v)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def rtxt(r):
+    return "-" if r is None else ("%.2fx" % r if r < 100 else "%.0fx" % r)
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception as e:  # noqa: BLE001 - header info is best effort
+        return "? (%s)" % e
+
+
+def collect_meta(b, phase):
+    m = {}
+    m["uptime_" + phase] = sh("uptime")
+    m["loadavg_" + phase] = open("/proc/loadavg").read().strip()
+    m["top_cpu_" + phase] = sh("ps -eo pid,pcpu,comm --sort=-pcpu | head -6")
+    return m
+
+
+def tables(b):
+    S = b.sizes
+    out_txt, out_md = [], []
+
+    # Bandwidth + CPU
+    hdr = ["size", "transport", "GB/s", "xTCP", "CPU s/GB", "xTCP", "n", "note"]
+    rows = []
+    for s in S:
+        tcp_bw, tcp_cpu = b.get("tcp_bw", s, "bw_GBps"), b.get("tcp_bw", s, "cpu_s_per_GB")
+        for metric, label in BW_METRICS:
+            bw, cpu = b.get(metric, s, "bw_GBps"), b.get(metric, s, "cpu_s_per_GB")
+            d = b.summary.get(metric, {}).get(str(s))
+            note = b.status(metric, s)
+            if metric == "udp_stream" and b.get(metric, s, "loss_pct") is not None:
+                note = ("loss %.1f%%, sent %s GB/s " % (b.get(metric, s, "loss_pct"), num(b.get(metric, s, "send_GBps")))
+                        + note).strip()
+            rows.append([fmt_size(s), label, num(bw), rtxt(ratio(bw, tcp_bw)), num(cpu), rtxt(ratio(cpu, tcp_cpu)),
+                         str(d["n_ok"]) if d else "0", note])
+        rows.append(None)
+    out_txt.append(("Bandwidth and CPU cost  (median of reps; GB = 1e9 B; CPU = user+sys of server+client per GB "
+                    "moved; xTCP = ratio to qperf tcp_bw at the same size, this run)", hdr, rows))
+
+    # Latency
+    hdr = ["size", "transport", "median us", "p99 us", "mean us", "med/TCPblk", "p99/TCPblk", "med/TCPbusy",
+           "p99/TCPbusy", "n", "note"]
+    rows = []
+    for s in S:
+        blk_m, blk_p = b.get("tcp_pp_blocking", s, "lat_median_us"), b.get("tcp_pp_blocking", s, "lat_p99_us")
+        bsy_m, bsy_p = b.get("tcp_pp_busy", s, "lat_median_us"), b.get("tcp_pp_busy", s, "lat_p99_us")
+        for metric, label in LAT_METRICS:
+            d = b.summary.get(metric, {}).get(str(s))
+            if not d:
+                continue
+            med, p99, mean = (b.get(metric, s, k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us"))
+            rows.append([fmt_size(s), label, num(med), num(p99), num(mean),
+                         rtxt(ratio(med, blk_m)), rtxt(ratio(p99, blk_p)), rtxt(ratio(med, bsy_m)),
+                         rtxt(ratio(p99, bsy_p)), str(d["n_ok"]), b.status(metric, s)])
+        rows.append(None)
+    out_txt.append(("Latency, one-way = RTT/2 except ib_read_lat (full READ round trip); perftest median = "
+                    "t_typical, p99 = its 99% column; memcpy = time per copy; TCPblk/TCPbusy = bench TCP "
+                    "ping-pong, blocking / busy-polling, same size, this run", hdr, rows))
+
+    # Extras
+    hdr = ["measurement", "value", "n", "note"]
+    rows = []
+    for metric, op in ATOMICS:
+        v = b.get(metric, 8, "ops_per_s")
+        rows.append(["ib_atomic_bw -A %s" % op, (num(v / 1e3) + " K ops/s") if v else "-",
+                     str((b.summary.get(metric, {}).get("8") or {}).get("n_ok", 0)), b.status(metric, 8)])
+    for metric, tool in PERFTEST_LAT.items():
+        med, p99 = b.get(metric, 2, "lat_median_us"), b.get(metric, 2, "lat_p99_us")
+        rows.append(["%s -s 2: median / p99" % tool, "%s / %s us" % (num(med), num(p99)),
+                     str((b.summary.get(metric, {}).get("2") or {}).get("n_ok", 0)), b.status(metric, 2)])
+    for metric, label in (("idle_ib_write_bw_server", "idle CPU, ib_write_bw server waiting (device open)"),
+                          ("idle_rc_pingpong_server", "idle CPU, ibv_rc_pingpong server waiting (QP + recvs posted)")):
+        v = b.get(metric, 0, "pct_core")
+        secs = b.get(metric, 0, "seconds")
+        rows.append([label, ("%.2f %% of a core over %.1f s" % (v, secs)) if v is not None else "-",
+                     str((b.summary.get(metric, {}).get("0") or {}).get("n_ok", 0)), b.status(metric, 0)])
+    out_txt.append(("uroce extras", hdr, rows))
+    return out_txt
+
+
+def render_text(tabs):
+    lines = []
+    for title, hdr, rows in tabs:
+        lines.append("")
+        lines.append("== " + title)
+        real = [r for r in rows if r]
+        widths = [max(len(str(x)) for x in col) for col in zip(hdr, *real)]
+        widths[-1] = min(widths[-1], 70)
+        num_cols = set(range(2, len(hdr) - 2)) if len(hdr) > 4 else {1}
+
+        def fmt(r):
+            cells = []
+            for i, (x, w) in enumerate(zip(r, widths)):
+                x = str(x)
+                if i == len(r) - 1:
+                    cells.append(x[:200])
+                elif i in num_cols:
+                    cells.append(x.rjust(w))
+                else:
+                    cells.append(x.ljust(w))
+            return "  ".join(cells).rstrip()
+        lines.append(fmt(hdr))
+        lines.append("-" * min(160, sum(widths) + 2 * len(widths)))
+        prev = None
+        for r in rows:
+            if r is None:
+                lines.append("")
+                prev = None
+                continue
+            r = list(r)
+            if prev is not None and r[0] == prev:
+                r[0] = ""
+            else:
+                prev = r[0]
+            lines.append(fmt(r))
+    return "\n".join(lines)
+
+
+def render_md(tabs):
+    lines = []
+    for title, hdr, rows in tabs:
+        lines.append("")
+        lines.append("### " + title)
+        lines.append("")
+        lines.append("| " + " | ".join(hdr) + " |")
+        lines.append("|" + "|".join("---" for _ in hdr) + "|")
+        for r in rows:
+            if r is None:
+                continue
+            lines.append("| " + " | ".join(str(x).replace("|", "/") for x in r) + " |")
+    return "\n".join(lines)
+
+
+def plot(b, outdir):
+    gp = shutil.which("gnuplot")
+    if not gp:
+        return "gnuplot not found"
+    bw_series = [("uroce_write_bw", "uroce WRITE"), ("uroce_read_bw", "uroce READ"), ("uroce_send_bw", "uroce SEND"),
+                 ("tcp_bw", "TCP (qperf)"), ("tcp_stream", "TCP stream (bench)"), ("udp_stream", "UDP stream (bench)"),
+                 ("memcpy_warm", "memcpy warm"), ("memcpy_cold", "memcpy cold")]
+    lat_series = [("uroce_send_lat", "uroce SEND"), ("uroce_write_lat", "uroce WRITE"),
+                  ("uroce_read_lat", "uroce READ (RTT)"), ("tcp_pp_blocking", "TCP blocking"),
+                  ("tcp_pp_busy", "TCP busy-poll"), ("udp_pp_blocking", "UDP blocking"),
+                  ("udp_pp_busy", "UDP busy-poll")]
+
+    def val(metric, s, key):
+        v = b.get(metric, s, key)
+        return "NaN" if v is None or v <= 0 else "%.6g" % v
+    with open(os.path.join(outdir, "bw.dat"), "w") as f:
+        f.write("# size " + " ".join(m for m, _ in bw_series) + "   (GB/s, median)\n")
+        for s in b.sizes:
+            f.write("%d %s\n" % (s, " ".join(val(m, s, "bw_GBps") for m, _ in bw_series)))
+    with open(os.path.join(outdir, "lat.dat"), "w") as f:
+        f.write("# size " + " ".join("%s_median %s_p99" % (m, m) for m, _ in lat_series) + "   (us)\n")
+        for s in b.sizes:
+            cells = []
+            for m, _ in lat_series:
+                med, p99 = val(m, s, "lat_median_us"), val(m, s, "lat_p99_us")
+                cells += [med, p99]
+            f.write('"%s" %s\n' % (fmt_size(s), " ".join(cells)))
+    meta = b.meta
+    title = "uroce vs TCP/UDP/memcpy, loopback, %s; reps=%d; load at start %s" % (
+        meta["date"], b.reps, meta["loadavg_start"].split()[0])
+    bw_plots = ", ".join("'bw.dat' using 1:%d with linespoints lw 2 pt %d title '%s'" % (i + 2, i + 4, t)
+                         for i, (_, t) in enumerate(bw_series))
+    lat_plots = ", ".join("'lat.dat' using %d:%d:%d%s title '%s'" % (2 + 2 * i, 2 + 2 * i, 3 + 2 * i,
+                                                                     ":xtic(1)" if i == 0 else "", t)
+                          for i, (_, t) in enumerate(lat_series))
+    script = """
+set terminal pngcairo size 1600,700 enhanced font ',10'
+set output 'results.png'
+set datafile missing 'NaN'
+set multiplot layout 1,2 title "%s"
+set title 'Bandwidth vs message size (median)'
+set logscale xy
+set xlabel 'message size (bytes)'
+set ylabel 'GB/s (1e9 B/s)'
+set format x '%%.0s%%cB'
+set xtics (2, 64, 4096, 65536, 1048576)
+set key left top
+set grid
+plot %s
+unset logscale
+set logscale y
+set title 'Latency: median (bar), p99 (error bar); one-way except READ'
+set xlabel 'message size'
+set ylabel 'microseconds'
+set format x '%%g'
+set xtics auto
+set style data histogram
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set key left top
+set yrange [0.5:*]
+plot %s
+unset multiplot
+""" % (title, bw_plots, lat_plots)
+    with open(os.path.join(outdir, "plot.gp"), "w") as f:
+        f.write(script)
+    try:
+        r = subprocess.run([gp, "plot.gp"], cwd=outdir, capture_output=True, text=True, timeout=60)
+    except Exception as e:  # noqa: BLE001
+        return "gnuplot failed: %s" % e
+    if r.returncode != 0 or not os.path.exists(os.path.join(outdir, "results.png")):
+        return "gnuplot failed: " + r.stderr.strip()[-300:]
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--root", default=os.path.dirname(here), help="uroce checkout (build/bin inside)")
+    ap.add_argument("--quick", action="store_true", help="1 repetition, short runs (CI smoke)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3); medians are reported")
+    ap.add_argument("--out", default=os.path.join(here, "results"), help="output directory (default bench/results)")
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="message sizes, comma separated")
+    ap.add_argument("--budget", type=float, default=0, help="seconds after which remaining tests are skipped "
+                    "(default 560, --quick 80)")
+    args = ap.parse_args()
+    args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if args.reps < 1:
+        ap.error("--reps must be >= 1")
+
+    b = Bench(args)
+    for path in (b.uroce, b.pp_bin, b.memcpy):
+        if not os.access(path, os.X_OK):
+            print("bench.py: %s missing: build first (bench/run.sh does)" % path, file=sys.stderr)
+            return 2
+    meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), host=platform.node(),
+                kernel=platform.release(), cpus=os.cpu_count(),
+                cpu_model=sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
+                git=sh("git -C %s describe --always --dirty 2>/dev/null" % b.root),
+                liburoce=os.path.join(b.root, "build", "lib", "liburoce.so"),
+                perftest=sh("dpkg-query -W -f '${Version}' perftest"), qperf=sh("dpkg-query -W -f '${Version}' qperf"),
+                gnuplot=sh("gnuplot --version"), python=platform.python_version(),
+                uroce_env={k: v for k, v in os.environ.items() if k.startswith("UROCE_")},
+                mode="quick" if b.quick else "full", reps=b.reps, sizes=b.sizes, config=b.cfg)
+    try:
+        meta["liburoce_mtime"] = datetime.datetime.fromtimestamp(os.path.getmtime(meta["liburoce"])).strftime(
+            "%Y-%m-%d %H:%M:%S")
+    except OSError:
+        meta["liburoce_mtime"] = None
+    meta.update(collect_meta(b, "start"))
+    b.meta = meta
+    header = ["uroce benchmark  %s  host %s  %d CPUs (%s)  kernel %s" % (meta["date"], meta["host"], meta["cpus"],
+                                                                         meta["cpu_model"], meta["kernel"]),
+              "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
+                  meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
+                  ", ".join(fmt_size(s) for s in b.sizes)),
+              "load at start: %s" % meta["uptime_start"]]
+    print("\n".join(header), flush=True)
+    try:
+        b.run()
+    except KeyboardInterrupt:
+        print("interrupted: writing what was measured", file=sys.stderr)
+    finally:
+        if b.qperf:
+            b.qperf[0].kill()
+    meta.update(collect_meta(b, "end"))
+    meta["elapsed_s"] = round(b.elapsed(), 1)
+    b.summarize()
+    tabs = tables(b)
+    header.append("load at end:   %s   (run took %.0f s)" % (meta["uptime_end"], meta["elapsed_s"]))
+    failures = [r for r in b.runs if not r["ok"]]
+    os.makedirs(b.out, exist_ok=True)
+    perr = plot(b, b.out)
+    text = "\n".join(header) + "\n" + render_text(tabs)
+    if failures:
+        text += "\n\n== Failures (%d; probe = calibration run)\n" % len(failures)
+        for r in failures:
+            text += "  %s %s rep %s: %s\n     cmd: %s\n" % (r["metric"], fmt_size(r["size"]) if r["size"] else "",
+                                                         r["rep"], r["reason"], r.get("cmd", "-"))
+    text += "\nwritten: %s/results.json, results.md, results.txt, %s, logs/\n" % (
+        b.out, "results.png" if not perr else "NO PLOT (%s)" % perr)
+    print(text, flush=True)
+    with open(os.path.join(b.out, "results.txt"), "w") as f:
+        f.write(text + "\n")
+    md = "# uroce benchmark results\n\n" + "\n".join("    " + h for h in header) + "\n" + render_md(tabs)
+    if failures:
+        md += "\n\n### Failures\n\n" + "\n".join("* `%s` %s rep %s: %s  \n  `%s`" % (
+            r["metric"], fmt_size(r["size"]) if r["size"] else "", r["rep"], r["reason"], r.get("cmd", "-"))
+            for r in failures)
+    md += "\n\n![plot](results.png)\n" if not perr else "\n\nNo plot: %s\n" % perr
+    with open(os.path.join(b.out, "results.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(b.out, "results.json"), "w") as f:
+        json.dump(dict(meta=meta, summary=b.summary, runs=b.runs, plot_error=perr), f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
