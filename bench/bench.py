@@ -26,6 +26,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 SIZES = [2, 64, 4096, 65536, 1048576]
@@ -224,8 +225,10 @@ class Bench:
         self.used_ports = set()
         self.runs = []
         self.est = {}  # (metric, size) -> seconds per iteration
+        self.base = {}  # (perftest tool, size) -> (client CPU s, server CPU s) of a -n 5 run
         self.nlog = 0
         self.qperf = None
+        self.qperf_error = None
         if self.quick:
             self.cfg = dict(bw_target_s=None, lat_target_s=None, pp_s=0.2, stream_s=0.25, qperf_s=1,
                             memcpy_s=0.05, memcpy_pool_mb=256, idle_s=2.0)
@@ -343,7 +346,7 @@ class Bench:
             return
         key = (metric, size)
         if self.quick or key not in self.est:
-            n = max(5, min(5000, (8 << 20) // size))
+            n = max(5, min(5000, (128 << 20) // size))  # <= 5000 messages, <= 128 MiB
             probe = not self.quick
         else:
             n = int(self.cfg["bw_target_s"] / self.est[key])
@@ -356,6 +359,22 @@ class Bench:
                 return
             n = max(5, min(2000000, int(self.cfg["bw_target_s"] / self.est[key])))
         self._uroce_bw_once(metric, tool, size, n, rep)
+
+    def perftest_base(self, metric, tool, size):
+        """CPU of a -n 5 run of the same tool and size: perftest's fixed costs
+        (device and QP set-up, its TSC calibration loop before the report,
+        teardown), subtracted from the measured runs' CPU."""
+        key = (tool, size)
+        if key not in self.base:
+            self.base[key] = None
+            ok, reason, srv, cli, cmd = self.perftest(tool, ["-s", str(size), "-n", "5", "--report_gbits"],
+                                                      "%s_%d_base" % (metric, size), 30)
+            if ok:
+                self.base[key] = (cli.cpu or 0.0, srv.cpu or 0.0)
+                self.record(metric, size, "base", True, dict(cpu_client_s=cli.cpu, cpu_server_s=srv.cpu), cmd=cmd)
+            else:
+                self.record(metric, size, "base", False, reason=reason, cmd=cmd)
+        return self.base[key]
 
     def _uroce_bw_once(self, metric, tool, size, n, rep):
         expect = self.est.get((metric, size), 0.002) * n
@@ -375,8 +394,12 @@ class Bench:
         cpu = (cli.cpu or 0) + (srv.cpu or 0)
         if rate > 0:
             self.est[(metric, size)] = 1.0 / (rate * 1e6)
+        base = self.perftest_base(metric, tool, size) if rep != "probe" else None
+        net = cpu - sum(base) if base else None
         vals = dict(bw_GBps=bps / 1e9, msg_rate=rate * 1e6, iters=int(iters), bytes=iters * size,
-                    cpu_client_s=cli.cpu, cpu_server_s=srv.cpu, cpu_s_per_GB=cpu / gb if gb else None,
+                    cpu_client_s=cli.cpu, cpu_server_s=srv.cpu, cpu_raw_s_per_GB=cpu / gb if gb else None,
+                    cpu_base_s=sum(base) if base else None,
+                    cpu_s_per_GB=(net / gb if net > 0 else None) if (base and gb) else None,
                     wall_client_s=cli.wall)
         return self.record(metric, size, rep, True, vals, cmd=cmd)
 
@@ -452,12 +475,17 @@ class Bench:
         if self.qperf and not self.qperf[0].poll():
             return self.qperf
         port = self.free_port()
-        p = Proc(["qperf", "-lp", str(port)], self.logbase("qperf_daemon"))
+        try:
+            p = Proc(["qperf", "-lp", str(port)], self.logbase("qperf_daemon"))
+        except OSError as e:
+            self.qperf_error = "cannot start qperf -lp %d: %s" % (port, e)
+            return None
         end = time.monotonic() + 10
         while not listening_tcp(port):
             if p.poll() or time.monotonic() > end:
                 p.kill()
                 self.qperf = None
+                self.qperf_error = "qperf -lp %d did not listen (rc %s): %s" % (port, p.rc, p.tail())
                 return None
             time.sleep(0.01)
         self.qperf = (p, port)
@@ -468,7 +496,7 @@ class Bench:
             return
         q = self.qperf_server()
         if not q:
-            return self.record(metric, size, rep, False, reason="qperf server did not start")
+            return self.record(metric, size, rep, False, reason=self.qperf_error, cmd="qperf -lp PORT")
         daemon, port = q
         t = str(int(self.cfg["qperf_s"]))  # qperf -t takes whole seconds (0 = forever)
         argv = ["qperf", "-lp", str(port), "-t", t, "-m", str(size), "-vvs", "-vvt", "127.0.0.1", test]
@@ -705,7 +733,7 @@ class Bench:
     def summarize(self):
         summ = {}
         for r in self.runs:
-            if r["rep"] == "probe":
+            if r["rep"] in ("probe", "base"):
                 continue
             d = summ.setdefault(r["metric"], {}).setdefault(str(r["size"]), dict(n_ok=0, n_failed=0, reasons=[],
                                                                                  reps=[]))
@@ -766,8 +794,24 @@ def ratio(a, b):
     return a / b
 
 
+def spread(b, metric, size, key):
+    """(max - min) / median over the repetitions, as a percentage."""
+    d = b.summary.get(metric, {}).get(str(size))
+    xs = [v.get(key) for v in (d or {}).get("reps", []) if v.get(key) is not None]
+    med = median(xs)
+    if len(xs) < 2 or not med:
+        return "-"
+    return "%.0f%%" % (100.0 * (max(xs) - min(xs)) / med)
+
+
 def rtxt(r):
-    return "-" if r is None else ("%.2fx" % r if r < 100 else "%.0fx" % r)
+    if r is None:
+        return "-"
+    if r >= 100:
+        return "%.0fx" % r
+    if r >= 0.1:
+        return "%.2fx" % r
+    return "%.2gx" % r
 
 
 def sh(cmd):
@@ -790,7 +834,7 @@ def tables(b):
     out_txt, out_md = [], []
 
     # Bandwidth + CPU
-    hdr = ["size", "transport", "GB/s", "xTCP", "CPU s/GB", "xTCP", "n", "note"]
+    hdr = ["size", "transport", "GB/s", "spread", "xTCP", "CPU s/GB", "xTCP", "n", "note"]
     rows = []
     for s in S:
         tcp_bw, tcp_cpu = b.get("tcp_bw", s, "bw_GBps"), b.get("tcp_bw", s, "cpu_s_per_GB")
@@ -798,34 +842,42 @@ def tables(b):
             bw, cpu = b.get(metric, s, "bw_GBps"), b.get(metric, s, "cpu_s_per_GB")
             d = b.summary.get(metric, {}).get(str(s))
             note = b.status(metric, s)
+            if cpu is None and b.get(metric, s, "cpu_raw_s_per_GB") is not None:
+                note = ("CPU not resolved: traffic CPU within the start-up baseline's noise; raw %s s/GB " %
+                        num(b.get(metric, s, "cpu_raw_s_per_GB")) + note).strip()
             if metric == "udp_stream" and b.get(metric, s, "loss_pct") is not None:
                 note = ("loss %.1f%%, sent %s GB/s " % (b.get(metric, s, "loss_pct"), num(b.get(metric, s, "send_GBps")))
                         + note).strip()
-            rows.append([fmt_size(s), label, num(bw), rtxt(ratio(bw, tcp_bw)), num(cpu), rtxt(ratio(cpu, tcp_cpu)),
+            rows.append([fmt_size(s), label, num(bw), spread(b, metric, s, "bw_GBps"), rtxt(ratio(bw, tcp_bw)),
+                         num(cpu), rtxt(ratio(cpu, tcp_cpu)),
                          str(d["n_ok"]) if d else "0", note])
         rows.append(None)
-    out_txt.append(("Bandwidth and CPU cost  (median of reps; GB = 1e9 B; CPU = user+sys of server+client per GB "
-                    "moved; xTCP = ratio to qperf tcp_bw at the same size, this run)", hdr, rows))
+    out_txt.append(("Bandwidth and CPU cost  (median of reps, spread = (max-min)/median over reps; GB = 1e9 B; CPU s/GB = user+sys CPU of server + "
+                    "client per GB moved, for perftest less the fixed start-up/teardown CPU of a -n 5 run of the "
+                    "same tool and size; xTCP = ratio to qperf tcp_bw at the same size, this run)", hdr, rows))
 
     # Latency
-    hdr = ["size", "transport", "median us", "p99 us", "mean us", "med/TCPblk", "p99/TCPblk", "med/TCPbusy",
-           "p99/TCPbusy", "n", "note"]
+    hdr = ["size", "transport", "median us", "spread", "p99 us", "mean us", "mean/qperf", "med/TCPblk", "p99/TCPblk",
+           "med/TCPbusy", "p99/TCPbusy", "n", "note"]
     rows = []
     for s in S:
         blk_m, blk_p = b.get("tcp_pp_blocking", s, "lat_median_us"), b.get("tcp_pp_blocking", s, "lat_p99_us")
         bsy_m, bsy_p = b.get("tcp_pp_busy", s, "lat_median_us"), b.get("tcp_pp_busy", s, "lat_p99_us")
+        qp_mean = b.get("qperf_tcp_lat", s, "lat_mean_us")
         for metric, label in LAT_METRICS:
             d = b.summary.get(metric, {}).get(str(s))
             if not d:
                 continue
             med, p99, mean = (b.get(metric, s, k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us"))
-            rows.append([fmt_size(s), label, num(med), num(p99), num(mean),
+            sp = spread(b, metric, s, "lat_median_us" if med is not None else "lat_mean_us")
+            rows.append([fmt_size(s), label, num(med), sp, num(p99), num(mean), rtxt(ratio(mean, qp_mean)),
                          rtxt(ratio(med, blk_m)), rtxt(ratio(p99, blk_p)), rtxt(ratio(med, bsy_m)),
                          rtxt(ratio(p99, bsy_p)), str(d["n_ok"]), b.status(metric, s)])
         rows.append(None)
-    out_txt.append(("Latency, one-way = RTT/2 except ib_read_lat (full READ round trip); perftest median = "
-                    "t_typical, p99 = its 99% column; memcpy = time per copy; TCPblk/TCPbusy = bench TCP "
-                    "ping-pong, blocking / busy-polling, same size, this run", hdr, rows))
+    out_txt.append(("Latency (median of reps; spread = (max-min)/median of the per-rep medians), one-way = RTT/2 except ib_read_lat (full READ round trip); perftest median = "
+                    "t_typical, p99 = its 99% column; memcpy = time per copy; ratios to TCP at the same size, this run: "
+                    "qperf = qperf tcp_lat (blocking, mean only), TCPblk / TCPbusy = bench TCP ping-pong, "
+                    "blocking / busy-polling", hdr, rows))
 
     # Extras
     hdr = ["measurement", "value", "n", "note"]
@@ -852,7 +904,7 @@ def render_text(tabs):
     lines = []
     for title, hdr, rows in tabs:
         lines.append("")
-        lines.append("== " + title)
+        lines.append(textwrap.fill("== " + title, 130, subsequent_indent="   "))
         real = [r for r in rows if r]
         widths = [max(len(str(x)) for x in col) for col in zip(hdr, *real)]
         widths[-1] = min(widths[-1], 70)
@@ -929,43 +981,45 @@ def plot(b, outdir):
                 cells += [med, p99]
             f.write('"%s" %s\n' % (fmt_size(s), " ".join(cells)))
     meta = b.meta
-    title = "uroce vs TCP/UDP/memcpy, loopback, %s; reps=%d; load at start %s" % (
-        meta["date"], b.reps, meta["loadavg_start"].split()[0])
+    title = "uroce %s vs TCP / UDP / memcpy, loopback, %s, %d CPUs; median of %d rep(s); load avg at start %s" % (
+        meta["git"], meta["date"], meta["cpus"], b.reps, meta["loadavg_start"].split()[0])
     bw_plots = ", ".join("'bw.dat' using 1:%d with linespoints lw 2 pt %d title '%s'" % (i + 2, i + 4, t)
                          for i, (_, t) in enumerate(bw_series))
     lat_plots = ", ".join("'lat.dat' using %d:%d:%d%s title '%s'" % (2 + 2 * i, 2 + 2 * i, 3 + 2 * i,
                                                                      ":xtic(1)" if i == 0 else "", t)
                           for i, (_, t) in enumerate(lat_series))
     script = """
-set terminal pngcairo size 1600,700 enhanced font ',10'
+set terminal pngcairo size 1600,800 enhanced font ',10'
 set output 'results.png'
 set datafile missing 'NaN'
 set multiplot layout 1,2 title "%s"
 set title 'Bandwidth vs message size (median)'
 set logscale xy
-set xlabel 'message size (bytes)'
+unset xlabel
 set ylabel 'GB/s (1e9 B/s)'
-set format x '%%.0s%%cB'
-set xtics (2, 64, 4096, 65536, 1048576)
-set key left top
+set format y '%%g'
+set xtics (%s)
+set xrange [1:2e6]
+set key below
 set grid
 plot %s
 unset logscale
 set logscale y
-set title 'Latency: median (bar), p99 (error bar); one-way except READ'
-set xlabel 'message size'
+set title 'Latency: median (bar), p99 (error bar); one-way except READ (round trip)'
+unset xlabel
 set ylabel 'microseconds'
-set format x '%%g'
+set format y '%%g'
 set xtics auto
+set xrange [*:*]
 set style data histogram
 set style histogram errorbars gap 1 lw 1
 set style fill solid 0.8 border -1
 set boxwidth 0.9
-set key left top
+set key below
 set yrange [0.5:*]
 plot %s
 unset multiplot
-""" % (title, bw_plots, lat_plots)
+""" % (title, ", ".join('"%s" %d' % (fmt_size(x), x) for x in b.sizes), bw_plots, lat_plots)
     with open(os.path.join(outdir, "plot.gp"), "w") as f:
         f.write(script)
     try:
@@ -1041,9 +1095,9 @@ def main():
         for r in failures:
             text += "  %s %s rep %s: %s\n     cmd: %s\n" % (r["metric"], fmt_size(r["size"]) if r["size"] else "",
                                                          r["rep"], r["reason"], r.get("cmd", "-"))
-    text += "\nwritten: %s/results.json, results.md, results.txt, %s, logs/\n" % (
+    text += "\n\nwritten: %s/results.json, results.md, results.txt, %s, logs/\n" % (
         b.out, "results.png" if not perr else "NO PLOT (%s)" % perr)
-    print(text, flush=True)
+    print(text.split("\n", len(header) - 1)[-1], flush=True)  # the first lines were printed at the start
     with open(os.path.join(b.out, "results.txt"), "w") as f:
         f.write(text + "\n")
     md = "# uroce benchmark results\n\n" + "\n".join("    " + h for h in header) + "\n" + render_md(tabs)

@@ -135,7 +135,10 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->fault_seed = env_uint("UROCE_FAULT_SEED", 1);
 	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
 	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
-	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", 1000);
+	/* defer (with a real-time engine; engine.c) unless told "grace" */
+	e = getenv("UROCE_HANDOFF");
+	cfg->handoff_defer = !(e && !strcmp(e, "grace"));
+	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 1000);
 	return 0;
 }
 

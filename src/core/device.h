@@ -27,6 +27,7 @@ struct uroce_config {
 	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
 	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
 				  * off the sockets this long */
+	bool handoff_defer;      /* UROCE_HANDOFF=defer (engine.c) */
 };
 
 struct uroce_dev {

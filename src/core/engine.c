@@ -123,6 +123,35 @@ static void *engine_main(void *arg)
 		uint64_t now = now_ns();
 		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
+		if (dev->cfg.handoff_defer && dev->engine_rt) {
+			/* defer mode: sleep on the sockets; when packets come while
+			 * an application is polling this very moment, give it the
+			 * first chance and take only what it leaves behind */
+			uint64_t next = atomic_load(&dev->timer_next);
+			struct timespec ts, *tsp = NULL;
+			if (next != UINT64_MAX) {
+				uint64_t d = next > now ? next - now : 0;
+				ts.tv_sec = (time_t)(d / 1000000000ull);
+				ts.tv_nsec = (long)(d % 1000000000ull);
+				tsp = &ts;
+			}
+			atomic_store(&dev->sleeping, true);
+			int n = epoll_pwait2(dev->epfd, evs, 8, tsp, NULL);
+			for (int i = 0; i < n; i++)
+				if (evs[i].data.u32 == 0) {
+					uint64_t v;
+					if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+						LOG_DBG("uroce: kick read failed");
+				}
+			now = now_ns();
+			app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
+			if (n > 0 && (int64_t)(now - app) < (int64_t)grace) {
+				struct timespec dts = { 0, (long)grace };
+				epoll_pwait2(dev->epfd_timers, evs, 8, &dts, NULL);
+			}
+			atomic_store(&dev->sleeping, false);
+			continue;
+		}
 		if (now - app < grace) {
 			/* an application is polling: it receives; wake for timers and
 			 * to notice when it stops */
