@@ -209,10 +209,12 @@ static bool range_ok(const struct uroce_mr *mr, uint64_t va, uint64_t len)
 	return va >= mr->iova && len <= mr->length && va - mr->iova <= mr->length - len;
 }
 
-enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
-				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
+/* The one memory check: key, protection domain, access, bounds, each with
+ * its named verdict (mapped to NAKs in responder.c, WC statuses in qp.c). */
+static enum uroce_mem_verdict mr_check(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t key, uint64_t va,
+				       uint64_t len, unsigned access, struct uroce_mr **out)
 {
-	struct uroce_mr *mr = mr_get(dev, rkey);
+	struct uroce_mr *mr = mr_get(dev, key);
 
 	if (!mr)
 		return MEM_KEY_INVALID;
@@ -226,38 +228,33 @@ enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *p
 	return MEM_OK;
 }
 
+enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
+				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
+{
+	return mr_check(dev, pd, rkey, va, len, access, out);
+}
+
 enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
 					unsigned access, struct uroce_seg *out)
 {
-	struct uroce_mr *mr = mr_get(dev, sge->lkey);
+	struct uroce_mr *mr;
+	enum uroce_mem_verdict v = mr_check(dev, pd, sge->lkey, sge->addr, sge->length, access, &mr);
 
-	if (!mr)
-		return MEM_KEY_INVALID;
-	if (to_upd(mr->ibv.pd) != pd)
-		return MEM_PD_MISMATCH;
-	if ((mr->access & access) != access)
-		return MEM_ACCESS;
-	if (!range_ok(mr, sge->addr, sge->length))
-		return MEM_BOUNDS;
-	out->addr = mr_host(mr, sge->addr);
-	out->len = sge->length;
-	return MEM_OK;
+	if (v == MEM_OK) {
+		out->addr = mr_host(mr, sge->addr);
+		out->len = sge->length;
+	}
+	return v;
 }
 
 void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len)
 {
-	for (uint32_t i = 0; i < nseg && len; i++) {
-		if (off >= seg[i].len) {
-			off -= seg[i].len;
-			continue;
-		}
-		uint32_t n = seg[i].len - off;
-		if (n > len)
-			n = len;
-		memcpy(seg[i].addr + off, src, n);
-		src += n;
-		len -= n;
-		off = 0;
+	struct iovec iov[UROCE_MAX_SGE + 1];
+	int k = seg_iov(seg, nseg, off, len, iov, UROCE_MAX_SGE + 1);
+
+	for (int i = 0; i < k; i++) {
+		memcpy(iov[i].iov_base, src, iov[i].iov_len);
+		src += iov[i].iov_len;
 	}
 }
 
