@@ -161,17 +161,29 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 }
 
+/* A READ response or atomic ACK also acknowledges everything before it.
+ * Returns false when the packet is done with (stale, or a restart was
+ * triggered); otherwise *w is the WQE it should answer: the oldest
+ * outstanding one, which the caller still has to match. */
+static bool response_wqe(struct uroce_qp *qp, uint32_t psn, struct uroce_send_wqe **w)
+{
+	if (psn_cmp(psn, qp->una_psn) < 0) {
+		dev_count(qp->dev, UC_dup_responses, 1);
+		return false;
+	}
+	if (!ack_before(qp, psn))
+		return false;
+	*w = oldest_started(qp);
+	return true;
+}
+
 static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint32_t psn = pkt->psn;
+	struct uroce_send_wqe *w;
 
-	if (psn_cmp(psn, qp->una_psn) < 0) {
-		dev_count(qp->dev, UC_dup_responses, 1);
+	if (!response_wqe(qp, psn, &w))
 		return;
-	}
-	if (!ack_before(qp, psn))
-		return;
-	struct uroce_send_wqe *w = oldest_started(qp);
 	if (!w || w->opcode != IBV_WR_RDMA_READ || psn_cmp(psn, w->first_psn) < 0 ||
 	    psn_cmp(psn, w->last_psn) > 0) {
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x outside the oldest WQE (%s 0x%x..0x%x)", qp->qpn, psn,
@@ -224,14 +236,10 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint32_t psn = pkt->psn;
+	struct uroce_send_wqe *w;
 
-	if (psn_cmp(psn, qp->una_psn) < 0) {
-		dev_count(qp->dev, UC_dup_responses, 1);
+	if (!response_wqe(qp, psn, &w))
 		return;
-	}
-	if (!ack_before(qp, psn))
-		return;
-	struct uroce_send_wqe *w = oldest_started(qp);
 	if (!w || (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) ||
 	    w->first_psn != psn) {
 		dev_count(qp->dev, UC_dup_responses, 1);
