@@ -136,6 +136,8 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
 	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
 	/* defer (with a real-time engine; engine.c) unless told "grace" */
+	e = getenv("UROCE_POLL_PROGRESS");
+	cfg->poll_progress = !e || *e != '0';
 	e = getenv("UROCE_HANDOFF");
 	cfg->handoff_defer = !(e && !strcmp(e, "grace"));
 	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 1000);

@@ -28,6 +28,7 @@ struct uroce_config {
 	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
 				  * off the sockets this long */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer (engine.c) */
+	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 };
 
 struct uroce_dev {

@@ -71,12 +71,7 @@ int dev_progress(struct uroce_dev *dev, int budget)
  * it does, so the two never fight over the cores. */
 void dev_poll_progress(struct uroce_dev *dev)
 {
-	static int enabled = -1;
-	if (enabled < 0) {
-		const char *e = getenv("UROCE_POLL_PROGRESS");
-		enabled = !e || *e != '0';
-	}
-	if (!enabled)
+	if (!dev->cfg.poll_progress)
 		return;
 	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&dev->rx_lock))

@@ -125,7 +125,6 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	mr->host = addr;
 	mr->length = length;
 	mr->access = access;
-	atomic_store(&mr->valid, true);
 	mr_table[idx] = mr;
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_add(&to_upd(ibpd)->refcnt, 1);
@@ -197,11 +196,6 @@ struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
 	struct uroce_mr *mr = mr_table[key & (UROCE_MAX_MR - 1)];
 	(void)dev;
 	return (mr && mr->ibv.lkey == key) ? mr : NULL;
-}
-
-void mr_put(struct uroce_mr *mr)
-{
-	(void)mr;
 }
 
 static bool range_ok(const struct uroce_mr *mr, uint64_t va, uint64_t len)

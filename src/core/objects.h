@@ -47,8 +47,6 @@ struct uroce_mr {
 	uint8_t *host;        /* host address that iova maps to */
 	uint64_t length;
 	unsigned access;
-	atomic_int users;     /* transport references while copying (mr.c) */
-	atomic_bool valid;
 };
 
 /* Named verdicts of a memory check (siw style), mapped to NAK codes and WC
@@ -201,11 +199,11 @@ struct uroce_qp {
 	uint32_t epsn;              /* expected request PSN */
 	uint32_t msn;
 	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
-	uint32_t last_ack_psn;      /* PSN of the last completed non-READ request */
-	bool ack_pending;
 	/* the message being received */
 	bool in_send, in_write;
-	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE */
+	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */
+	struct uroce_seg cur_recv_segs[UROCE_MAX_SGE]; /* ... and of its segments: the
+					 * ring slot may be reposted while a message arrives */
 	bool cur_recv_valid;
 	uint32_t recv_off;
 	uint64_t write_va;
@@ -213,9 +211,6 @@ struct uroce_qp {
 	struct uroce_mr *write_mr;
 	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
 	uint32_t res_size, res_next;
-	uint32_t dbg_hist[16];        /* debug: last request packets (op << 24 | psn) */
-	uint32_t dbg_n;
-	uint32_t dbg_state[16];       /* debug: epsn | in_send << 24 after each */
 
 	/* ---- objects */
 	struct uroce_cq *send_cq, *recv_cq;

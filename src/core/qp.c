@@ -161,7 +161,11 @@ int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out)
 
 	pthread_spin_lock(&rq->lock);
 	if (rq->tail != rq->head) {
-		*out = rq->wqe[rq->tail % rq->max_wr];
+		const struct uroce_recv_wqe *r = &rq->wqe[rq->tail % rq->max_wr];
+		/* copy the segments out: once popped, post_recv may reuse the slot */
+		*out = *r;
+		out->seg = qp->cur_recv_segs;
+		memcpy(qp->cur_recv_segs, r->seg, r->nseg * sizeof(*r->seg));
 		rq->tail++;
 		rc = 0;
 	}
@@ -562,7 +566,6 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		case IBV_QPS_RTR:
 			if (cur == IBV_QPS_INIT) {
 				qp->epsn = qp->attr.rq_psn;
-				qp->last_ack_psn = psn_add(qp->epsn, PSN_MASK); /* epsn - 1 */
 				qp->msn = 0;
 			}
 			break;

@@ -101,8 +101,7 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		       (qp->type == IBV_QPT_UD && (oi->mask & OPF_UD));
 	if (!type_ok || qp->attr.qp_state < IBV_QPS_RTR ||
 	    (qp->type != IBV_QPT_UD && (memcmp(rx->sgid, qp->dgid, 16) || memcmp(rx->dgid, qp->sgid, 16)))) {
-		dev_count(dev, type_ok && qp->attr.qp_state >= IBV_QPS_RTR ? UC_drop_wrong_peer :
-			  !type_ok ? UC_drop_wrong_peer : UC_drop_qp_state, 1);
+		dev_count(dev, type_ok && qp->attr.qp_state < IBV_QPS_RTR ? UC_drop_qp_state : UC_drop_wrong_peer, 1);
 		pthread_mutex_unlock(&qp->lock);
 		return;
 	}

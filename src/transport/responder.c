@@ -334,8 +334,6 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		dev_count(qp->dev, UC_drop_qp_state, 1);
 		return;
 	}
-	qp->dbg_state[qp->dbg_n % 16] = qp->epsn | (uint32_t)qp->in_send << 24 | (uint32_t)qp->cur_recv_valid << 25 | 1u << 31;
-	qp->dbg_hist[qp->dbg_n++ % 16] = (uint32_t)pkt->opcode << 24 | pkt->psn;
 	d = psn_cmp(pkt->psn, qp->epsn);
 	if (qp->type == IBV_QPT_UC) {
 		/* UC (§6.7): on a gap drop the message, resync on FIRST/ONLY */
@@ -395,18 +393,11 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 		LOG_DBG("uroce: qp 0x%x NAK verdict %d for %s psn 0x%x len %u (in_send %d in_write %d)", qp->qpn, v,
 			opinfo(pkt->opcode)->name, pkt->psn, pkt->paylen, qp->in_send, qp->in_write);
-		for (uint32_t i = 0; i < 16 && i < qp->dbg_n; i++) {
-			uint32_t h = qp->dbg_hist[(qp->dbg_n - 1 - i) % 16];
-			uint32_t st = qp->dbg_state[(qp->dbg_n - 1 - i) % 16];
-			LOG_DBG("uroce:   history -%u: %s psn 0x%x (before: epsn 0x%x in_send %u cur_recv %u)", i,
-				opinfo((uint8_t)(h >> 24))->name, h & 0xFFFFFF, st & 0xFFFFFF, st >> 24 & 1, st >> 25 & 1);
-		}
 		nak_for(qp, v, pkt->psn);
 		return;
 	}
 	qp->epsn = psn_add(pkt->psn, consumed);
 	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
-		qp->last_ack_psn = pkt->psn;
 		if (bth_ackreq(pkt->bth))
 			send_ack(qp, pkt->psn);
 	}

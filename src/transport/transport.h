@@ -63,7 +63,6 @@ int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited);
 
 /* mr.c */
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key);
-void mr_put(struct uroce_mr *mr);
 enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
 				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out);
 enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,

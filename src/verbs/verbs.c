@@ -346,6 +346,14 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 
 EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
+	if (async_event_is_qp(event->event_type)) {
+		struct ibv_qp *qp = event->element.qp;
+		pthread_mutex_lock(&qp->mutex);
+		qp->events_completed++;
+		pthread_cond_signal(&qp->cond);
+		pthread_mutex_unlock(&qp->mutex);
+		return;
+	}
 	switch (event->event_type) {
 	case IBV_EVENT_CQ_ERR: {
 		struct ibv_cq *cq = event->element.cq;
@@ -353,16 +361,6 @@ EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 		cq->async_events_completed++;
 		pthread_cond_signal(&cq->cond);
 		pthread_mutex_unlock(&cq->mutex);
-		break;
-	}
-	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED: {
-		struct ibv_qp *qp = event->element.qp;
-		pthread_mutex_lock(&qp->mutex);
-		qp->events_completed++;
-		pthread_cond_signal(&qp->cond);
-		pthread_mutex_unlock(&qp->mutex);
 		break;
 	}
 	case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED: {
