@@ -13,6 +13,7 @@
 	X(tx_errors, "send syscalls that failed") \
 	X(retransmits, "packets sent again (go-back-N)") \
 	X(timeouts, "local ACK timeouts") \
+	X(rto_probes, "probes sent by the adaptive retransmission timer") \
 	X(rnr_naks_rx, "RNR NAKs received") \
 	X(rnr_naks_tx, "RNR NAKs sent") \
 	X(seq_naks_rx, "PSN sequence error NAKs received") \

@@ -89,6 +89,7 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->active_mtu = IBV_MTU_1024;
 	cfg->window = 128;   /* rxe's limit of unacknowledged PSNs (§10) */
 	cfg->spin_us = 50;
+	cfg->rto_min_us = 1000;
 	e = getenv("UROCE_ADDR");
 	if (e && *e) {
 		char buf[512], *save = NULL;
@@ -135,6 +136,7 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->fault_seed = env_uint("UROCE_FAULT_SEED", 1);
 	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
 	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
+	cfg->rto_min_us = env_uint("UROCE_RTO_MIN_US", cfg->rto_min_us);
 	/* defer (with a real-time engine; engine.c) unless told "grace" */
 	e = getenv("UROCE_POLL_PROGRESS");
 	cfg->poll_progress = !e || *e != '0';
@@ -164,6 +166,11 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
 	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
 	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
+	if (cfg->rto_min_us)
+		fprintf(f, "  early retry   after the measured round trip, at least %u us (UROCE_RTO_MIN_US)\n",
+			cfg->rto_min_us);
+	else
+		fprintf(f, "  early retry   off: the IBA ACK timeout only (UROCE_RTO_MIN_US=0)\n");
 	if (cfg->fault_drop_tx || cfg->fault_drop_rx || cfg->fault_pct_tx > 0 || cfg->fault_pct_rx > 0)
 		fprintf(f, "  fault         drop every %u-th sent (%.2f%%), %u-th received (%.2f%%)\n",
 			cfg->fault_drop_tx, cfg->fault_pct_tx, cfg->fault_drop_rx, cfg->fault_pct_rx);

@@ -25,6 +25,8 @@ struct uroce_config {
 	unsigned fault_seed;
 	int log_level;           /* UROCE_LOG: 0 errors, 1 info, 2 debug */
 	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
+	unsigned rto_min_us;     /* UROCE_RTO_MIN_US: floor of the adaptive retransmission
+				  * timer (completer.c); 0 = only the IBA ACK timer */
 	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
 				  * off the sockets this long */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer (engine.c) */

@@ -186,7 +186,16 @@ struct uroce_qp {
 	uint32_t rd_atomic_out;     /* READ/atomic requests awaiting responses */
 	uint32_t cwnd, ssthresh, cwnd_acc;  /* congestion window, packets (requester.c) */
 	unsigned retry_left, rnr_left;
-	uint64_t timer_deadline;    /* ns, 0 = off (ACK timer or RNR wait) */
+	uint64_t timer_deadline;    /* ns, 0 = off: the earliest of the two below, or the RNR wait */
+	uint64_t ack_deadline;      /* the IBA local ACK timer (§6.6), 0 = off */
+	uint64_t rto_deadline;      /* adaptive retransmission (completer.c), 0 = off */
+	uint64_t srtt_ns, rttvar_ns;/* smoothed round trip and its variation; 0 = no sample yet */
+	unsigned rto_backoff;       /* probes since the last progress */
+	bool probe_out;             /* a probe of probe_psn awaits its ACK */
+	uint32_t probe_psn;
+	bool rtt_timing;            /* a fresh packet's round trip is being timed ... */
+	uint32_t rtt_psn;           /* ... this one ... */
+	uint64_t rtt_start_ns;      /* ... sent then */
 	bool rnr_wait;
 	bool read_gap_asked;         /* a READ gap was re-requested; no more until progress */
 	uint32_t read_gap_psn;
@@ -218,6 +227,12 @@ struct uroce_qp {
 	uint32_t events_reported;
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
 };
+
+/* Every send-side timer off (nothing outstanding, a flush, a reset). */
+static inline void qp_timers_off(struct uroce_qp *qp)
+{
+	qp->timer_deadline = qp->ack_deadline = qp->rto_deadline = 0;
+}
 
 struct uroce_pd {
 	struct ibv_pd ibv;

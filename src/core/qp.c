@@ -141,7 +141,7 @@ void qp_flush_queues(struct uroce_qp *qp)
 	qp_retire_sends(qp);
 	/* flushed WQEs always complete, signaled or not (IBA 10.7.3.1) */
 	flush_recv_queue(qp);
-	qp->timer_deadline = 0;
+	qp_timers_off(qp);
 	qp->rd_atomic_out = 0;
 }
 
@@ -464,7 +464,11 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->rq.head = qp->rq.tail = 0;
 	qp->snd_psn = qp->una_psn = qp->max_psn = 0;
 	qp->rd_atomic_out = 0;
-	qp->timer_deadline = 0;
+	qp_timers_off(qp);
+	qp->srtt_ns = qp->rttvar_ns = 0;
+	qp->rto_backoff = 0;
+	qp->rtt_timing = false;
+	qp->probe_out = false;
 	qp->rnr_wait = false;
 	qp->epsn = 0;
 	qp->msn = 0;

@@ -20,12 +20,18 @@ static bool is_rd_atomic(const struct uroce_send_wqe *w)
 
 static void progress_made(struct uroce_qp *qp, uint32_t old_una)
 {
-	if (psn_cmp(qp->una_psn, old_una) > 0)
+	if (psn_cmp(qp->una_psn, old_una) > 0) {
 		requester_cwnd_progress(qp, (uint32_t)psn_cmp(qp->una_psn, old_una));
-	/* forward progress reloads both retry counters (§6.6) */
+		if (qp->rtt_timing && psn_cmp(qp->una_psn, qp->rtt_psn) > 0)
+			requester_rtt_sample(qp, now_ns());
+	}
+	/* forward progress reloads both retry counters (§6.6) and restarts
+	 * the timers */
 	qp->retry_left = qp->attr.retry_cnt;
 	qp->rnr_left = qp->attr.rnr_retry;
-	qp->timer_deadline = 0;
+	qp->rto_backoff = 0;
+	qp->probe_out = false;
+	qp_timers_off(qp);
 	qp->read_gap_asked = false;
 }
 
@@ -103,8 +109,17 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 		{
 			uint32_t old_una = qp->una_psn;
+			bool probe_hit = qp->probe_out && psn == qp->probe_psn;
 			if (ack_before(qp, psn_add(psn, 1)))
 				progress_made(qp, old_una);
+			/* The ACK names exactly the probed PSN: the responder has
+			 * nothing after it, though more was sent before the probe
+			 * on the same path -- lost, or dropped after a NAK.  Go
+			 * back to there now (§6.6). */
+			if (probe_hit && psn_cmp(qp->snd_psn, psn_add(psn, 1)) > 0) {
+				requester_cwnd_loss(qp, false);
+				requester_rewind(qp, psn_add(psn, 1));
+			}
 		}
 		break;
 	case AETH_RNR_NAK: {
@@ -123,6 +138,7 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 		qp->rnr_wait = true;
 		qp->una_psn = psn;
+		qp_timers_off(qp);
 		qp_arm_timer(qp, now_ns() + (uint64_t)rnr_timer_us[syn & 0x1F] * 1000);
 		break;
 	}
@@ -150,7 +166,7 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			qp->retry_left--;
 			requester_cwnd_loss(qp, false);
 			requester_rewind(qp, psn);
-			qp->timer_deadline = 0;
+			qp_timers_off(qp);
 			break;
 		}
 		dev_count(qp->dev, UC_err_naks_rx, 1);
@@ -282,14 +298,31 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp_retire_sends(qp);
 	if (!qp->rnr_wait) {
 		requester_run(qp);
-		if (!qp->timer_deadline)
+		if (!qp->ack_deadline || !qp->rto_deadline)
 			requester_arm_timer(qp);
 	}
 }
 
+/* The adaptive retransmission timer (early retry).  Go-back-N recovers a
+ * lost packet only when a NAK or the ACK timer says so, and the responder
+ * NAKs a gap just once (§6.2): a lost tail, or a retransmission that is
+ * itself lost or overtaken (a reordering network), leaves the requester
+ * waiting for the full IBA ACK timeout (67 ms at the usual timeout 14) with
+ * nothing in flight.  So, like hardware RNICs' adaptive retransmission, the
+ * requester probes earlier, after a timeout measured from the round trip
+ * (rto_ns: 2 srtt + 4 rttvar, at least UROCE_RTO_MIN_US, doubling while
+ * nothing moves).  A probe resends only the packet at una with AckReq:
+ * - if the packets after it were merely late (a loaded host delays loopback
+ *   packets by milliseconds), they reach the responder first and the ACK
+ *   covers them: one duplicate was the whole cost;
+ * - if they were lost, the responder ACKs exactly the probe and handle_aeth
+ *   goes back to the PSN after it.
+ * Una inside a READ or atomic is asked again whole (go-back-N).  Probes do
+ * not count against retry_cnt: the IBA ACK timer still runs from the last
+ * progress and alone decides IBV_WC_RETRY_EXC_ERR, so what an application
+ * sees of timeouts and retry counts is unchanged (§6.6). */
 void completer_timer(struct uroce_qp *qp, uint64_t now)
 {
-	(void)now;
 	qp->timer_deadline = 0;
 	if (qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD)
 		return;
@@ -301,17 +334,40 @@ void completer_timer(struct uroce_qp *qp, uint64_t now)
 		requester_arm_timer(qp);
 		return;
 	}
-	if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out)
-		return; /* nothing outstanding */
+	if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out) {
+		qp_timers_off(qp); /* nothing outstanding */
+		return;
+	}
+	if (!qp->ack_deadline || now < qp->ack_deadline) {
+		if (!qp->rto_deadline || now < qp->rto_deadline) {
+			requester_arm_timer(qp);  /* early: not this one's time */
+			return;
+		}
+		dev_count(qp->dev, UC_rto_probes, 1);
+		LOG_DBG("uroce: qp 0x%x early retry: una 0x%x snd 0x%x srtt %llu ns rttvar %llu ns backoff %u",
+			qp->qpn, qp->una_psn, qp->snd_psn, (unsigned long long)qp->srtt_ns,
+			(unsigned long long)qp->rttvar_ns, qp->rto_backoff);
+		qp->rto_deadline = 0;
+		qp->rto_backoff++;
+		if (!requester_probe(qp)) {
+			requester_cwnd_loss(qp, false);
+			requester_rewind(qp, qp->una_psn);
+			requester_run(qp);
+		}
+		requester_arm_timer(qp);
+		return;
+	}
 	dev_count(qp->dev, UC_timeouts, 1);
-	LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u, late by %lld ns",
-		qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out,
-		(long long)(now_ns() - now));
+	LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u retry_left %u, late by %lld ns",
+		qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out, qp->retry_left,
+		(long long)(now_ns() - qp->ack_deadline));
+	qp->ack_deadline = qp->rto_deadline = 0;
 	if (qp->retry_left == 0) {
 		fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
 		return;
 	}
 	qp->retry_left--;
+	qp->rto_backoff++;
 	requester_cwnd_loss(qp, true);
 	requester_rewind(qp, qp->una_psn);
 	requester_run(qp);

@@ -108,7 +108,8 @@ static uint8_t data_opcode(const struct uroce_qp *qp, const struct uroce_send_wq
 
 /* Emit the next packet of `w`.  Returns false when the window or the
  * READ/atomic limit says wait. */
-static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
+static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b,
+			     bool force_ackreq)
 {
 	uint32_t psn = psn_add(w->first_psn, w->next_pkt);
 	uint8_t *h = txb_hdr(b);
@@ -121,8 +122,15 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		if (qp->rd_atomic_out >= limit)
 			return false;
 	}
-	if (psn_cmp(psn, qp->max_psn) < 0)
+	if (psn_cmp(psn, qp->max_psn) < 0) {
 		dev_count(qp->dev, UC_retransmits, 1);
+	} else if (rc && !qp->rtt_timing && qp->dev->cfg.rto_min_us) {
+		/* time one fresh packet per round trip (never a resent one:
+		 * Karn's rule, hence the reset in requester_rewind) */
+		qp->rtt_timing = true;
+		qp->rtt_psn = psn;
+		qp->rtt_start_ns = now_ns();
+	}
 
 	if (wqe_is_read(w)) {
 		uint32_t chunk = read_chunk_pkts(qp);
@@ -158,7 +166,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		 * that fills the window -- otherwise the sender could stop with
 		 * nothing left that asks for an ACK; never on UC (§6.7). */
 		uint32_t every = qp_window(qp) / 4 + 1;
-		bool ackreq = rc && (last || i % every == every - 1 ||
+		bool ackreq = rc && (force_ackreq || last || i % every == every - 1 ||
 				     psn_cmp(psn, qp->una_psn) + 1 >= (int32_t)qp_window(qp));
 		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
@@ -184,16 +192,61 @@ static uint64_t ack_timeout_ns(const struct uroce_qp *qp)
 	return qp->attr.timeout ? 4096ull << qp->attr.timeout : 0;
 }
 
+/* The adaptive retransmission timeout: 2 srtt + 4 rttvar, at least
+ * UROCE_RTO_MIN_US, doubled per probe without progress; 0 = none (no round
+ * trip measured yet, or turned off).  RFC 6298 has 1 srtt, but a reordered
+ * packet arrives late by up to about one more round trip, and a probe for
+ * it only costs duplicates; the doubled srtt keeps those rare. */
+static uint64_t rto_ns(const struct uroce_qp *qp)
+{
+	uint64_t min = (uint64_t)qp->dev->cfg.rto_min_us * 1000;
+	if (!min || !qp->srtt_ns)
+		return 0;
+	uint64_t rto = 2 * qp->srtt_ns + 4 * qp->rttvar_ns;
+	if (rto < min)
+		rto = min;
+	return rto << (qp->rto_backoff < 10 ? qp->rto_backoff : 10);
+}
+
+void requester_rtt_sample(struct uroce_qp *qp, uint64_t now)
+{
+	uint64_t r = now - qp->rtt_start_ns;
+
+	qp->rtt_timing = false;
+	if (!qp->srtt_ns) {
+		qp->srtt_ns = r ? r : 1;
+		qp->rttvar_ns = r / 2;
+	} else {
+		uint64_t dev = qp->srtt_ns > r ? qp->srtt_ns - r : r - qp->srtt_ns;
+		qp->rttvar_ns = (3 * qp->rttvar_ns + dev) / 4;
+		qp->srtt_ns = (7 * qp->srtt_ns + r) / 8;
+		if (!qp->srtt_ns)
+			qp->srtt_ns = 1;
+	}
+}
+
 void requester_arm_timer(struct uroce_qp *qp)
 {
 	if (qp->rnr_wait || qp->type != IBV_QPT_RC)
 		return;
-	uint64_t t = ack_timeout_ns(qp);
 	bool outstanding = psn_cmp(qp->snd_psn, qp->una_psn) > 0 || qp->rd_atomic_out;
-	if (!outstanding || !t)
-		qp->timer_deadline = 0;
-	else
-		qp_arm_timer(qp, now_ns() + t);
+	if (!outstanding) {
+		qp_timers_off(qp);
+		return;
+	}
+	uint64_t t = ack_timeout_ns(qp), r = rto_ns(qp), now = 0;
+	if (t && !qp->ack_deadline)
+		qp->ack_deadline = (now = now_ns()) + t;
+	if (r && !qp->rto_deadline)
+		qp->rto_deadline = (now ? now : now_ns()) + r;
+	/* a probe no earlier than the IBA timer is no use */
+	if (qp->ack_deadline && qp->rto_deadline >= qp->ack_deadline)
+		qp->rto_deadline = 0;
+	uint64_t d = qp->ack_deadline;
+	if (qp->rto_deadline && (!d || qp->rto_deadline < d))
+		d = qp->rto_deadline;
+	if (d != qp->timer_deadline)
+		qp_arm_timer(qp, d);
 }
 
 /* UD (§6.7): one packet per message, no ACKs, the PSN only counts. */
@@ -279,7 +332,7 @@ void requester_run(struct uroce_qp *qp)
 			wqe_start(qp, w);
 		}
 		while (w->next_pkt < w->npkts) {
-			if (!send_next_packet(qp, w, &b))
+			if (!send_next_packet(qp, w, &b, false))
 				goto out;
 			sent = true;
 		}
@@ -294,12 +347,14 @@ out:
 	txb_flush(&b);
 	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)
 		qp_retire_sends(qp);
-	if (sent && !qp->timer_deadline)
+	if (sent && (!qp->ack_deadline || !qp->rto_deadline))
 		requester_arm_timer(qp);
 }
 
 void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 {
+	qp->rtt_timing = false;
+	qp->probe_out = false;
 	/* find the WQE holding `psn` among the started ones */
 	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
 		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
@@ -335,4 +390,35 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 		qp->rd_atomic_out = 0;
 		return;
 	}
+}
+
+/* The probe of the adaptive retransmission timer (completer.c): send the
+ * oldest unacknowledged SEND/WRITE packet once more, asking for an ACK, and
+ * leave the send position alone.  Returns false when una belongs to a READ
+ * or atomic (their retry is a new request: the caller rewinds instead). */
+bool requester_probe(struct uroce_qp *qp)
+{
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (!w->started)
+			return false;
+		if (w->state == WQE_DONE || psn_cmp(qp->una_psn, w->last_psn) > 0)
+			continue;
+		if (wqe_is_read(w) || wqe_is_atomic(w) || psn_cmp(qp->una_psn, w->first_psn) < 0)
+			return false;
+		uint32_t saved_next = w->next_pkt, saved_snd = qp->snd_psn;
+		struct tx_batch b;
+		txb_init(&b, qp);
+		w->next_pkt = (uint32_t)psn_cmp(qp->una_psn, w->first_psn);
+		bool sent = send_next_packet(qp, w, &b, true);
+		txb_flush(&b);
+		w->next_pkt = saved_next;
+		qp->snd_psn = saved_snd;
+		if (sent) {
+			qp->probe_psn = qp->una_psn;
+			qp->probe_out = true;
+		}
+		return sent;
+	}
+	return false;
 }

@@ -30,8 +30,14 @@ struct uroce_pkt {
 void requester_run(struct uroce_qp *qp);
 /* Start again at PSN `psn` (go-back-N, §6.6). */
 void requester_rewind(struct uroce_qp *qp, uint32_t psn);
-/* (Re)arm the local ACK timer when requests are outstanding (§6.6). */
+/* Arm what is not armed of the local ACK timer (§6.6) and the adaptive
+ * retransmission timer while requests are outstanding; both off otherwise. */
 void requester_arm_timer(struct uroce_qp *qp);
+/* Resend the packet at una with AckReq, send position unchanged; false if
+ * una is not a SEND/WRITE packet (completer.c: the adaptive timer). */
+bool requester_probe(struct uroce_qp *qp);
+/* The timed packet was acknowledged at `now`: update srtt/rttvar. */
+void requester_rtt_sample(struct uroce_qp *qp, uint64_t now);
 /* Congestion window: a loss signal (NAK, READ gap, timeout) and progress. */
 void requester_cwnd_loss(struct uroce_qp *qp, bool timeout);
 void requester_cwnd_progress(struct uroce_qp *qp, uint32_t acked);
