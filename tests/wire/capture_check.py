@@ -331,7 +331,8 @@ def flow_checks(parsed, pmtu, label, P, own):
     """Per-connection rules over what the capturing process (address `own`)
     sent - what it received may have lost packets - in one pcap:
     request PSNs consecutive, a READ consuming ceil(len/PMTU) PSNs (§6.3),
-    retransmissions only going back (§6.6); FIRST/MIDDLE/LAST order and WRITE
+    retransmissions only going back (§6.6), new packets after them only at
+    the highest PSN not yet sent; FIRST/MIDDLE/LAST order and WRITE
     bytes = RETH DMA length (§7); AckReq on every RC SEND/WRITE LAST/ONLY,
     not on UC (§6.5, §6.7); SE only on LAST/ONLY (§2.1); READ response PSNs
     and lengths, atomic ACK PSNs (§6.3); ACK PSNs never beyond what was sent,
@@ -365,10 +366,16 @@ def flow_checks(parsed, pmtu, label, P, own):
                 if op in (0x13, 0x14):
                     atomics[(rf.src, rf.dst)].add(rf.psn)
                 continue
-            st = req.setdefault(key, {'next': rf.psn, 'kind': None, 'left': None, 'restarted': False})
+            st = req.setdefault(key, {'next': rf.psn, 'high': rf.psn, 'kind': None, 'left': None,
+                                      'restarted': False})
             d = psn_cmp(rf.psn, st['next'])
-            if d > 0:
+            if d > 0 and rf.psn != st['high']:
+                # after a retransmission the sender may go on with new
+                # packets at the highest PSN not yet sent (a probe resends
+                # one packet, then new work continues; docs/architecture.md)
                 P.add(where, f'{name} PSN {rf.psn:#x} skips ahead of the next PSN {st["next"]:#x} (§6.3)')
+            elif d > 0:
+                st['restarted'] = True          # resumes where it was before the probe
             elif d < 0:
                 st['restarted'] = True          # go-back-N retransmission (§6.6)
             kind = 'SEND' if 'SEND' in name else 'WRITE' if 'WRITE' in name else None
@@ -410,6 +417,8 @@ def flow_checks(parsed, pmtu, label, P, own):
             if op in (0x13, 0x14):
                 atomics[(rf.src, rf.dst)].add(rf.psn)
             st['next'] = psn_add(rf.psn, n)
+            if psn_cmp(st['next'], st['high']) > 0:
+                st['high'] = st['next']
         elif op in RESPONSES and rf.src == own:
             back = (rf.dst, rf.src)
             if op in (0x0D, 0x0E, 0x0F, 0x10):
@@ -623,31 +632,42 @@ def opsummary(ops):
 
 
 def selftest():
-    """The checker must flag a bad ICRC, a truncated frame, a wrong PadCnt and
-    a wrong P_Key; it must pass a clean frame."""
+    """The checker must flag a bad ICRC, a truncated frame, a wrong PadCnt, a
+    wrong P_Key and request PSNs out of order; it must pass a clean frame and
+    the retransmission patterns uroce uses."""
     src, dst = bytes([127, 64, 9, 1]), bytes([127, 64, 9, 2])
 
     def eth(ip):
         return b'\x02\x00' + dst + b'\x02\x00' + src + b'\x08\x00' + ip
 
     good = rw.bth(0x04, 0x1234, 7, ackreq=1) + b'abcdefgh'
+
+    def send_only(psn):
+        return rw.roce_udp_payload(src, dst, 0xC001, rw.bth(0x04, 0x1234, psn, ackreq=1) + b'abcd')
     cases = [
         ('clean', rw.roce_udp_payload(src, dst, 0xC001, good), 0),
         ('bad ICRC', rw.roce_udp_payload(src, dst, 0xC001, good, bad_icrc=True), 1),
         ('truncated WRITE_ONLY', rw.bth(0x0A, 0x1234, 7) + b'\0' * 8, 1),
         ('wrong PadCnt', rw.roce_udp_payload(src, dst, 0xC001, rw.bth(0x04, 0x1234, 7, pad=2) + b'abcdefg'), 1),
         ('P_Key 0x8001', rw.roce_udp_payload(src, dst, 0xC001, rw.bth(0x04, 0x1234, 7, pkey=0x8001) + b'abcd'), 1),
+        # PSN order of what the capturing side sent (§6.3, §6.6): a probe
+        # resends one packet, new work then goes on at the highest PSN
+        ('probe, then new work at the highest PSN', [send_only(p) for p in (10, 11, 12, 11, 13)], 0),
+        ('go-back-N from a NAKed PSN', [send_only(p) for p in (10, 11, 12, 11, 12, 13)], 0),
+        ('a PSN skipped', [send_only(p) for p in (10, 11, 13)], 1),
+        ('past the highest PSN after a probe', [send_only(p) for p in (10, 11, 12, 11, 14)], 1),
     ]
     bad = 0
     with tempfile.TemporaryDirectory(prefix='wire_selftest.') as d:
         for name, udp, expect in cases:
             path = os.path.join(d, 'x.pcap')
-            fr = eth(rw.ipv4_packet(src, dst, 0xC001, udp))
             with open(path, 'wb') as f:
                 f.write(struct.pack('<IHHiIII', 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-                f.write(struct.pack('<IIII', 0, 0, len(fr), len(fr)) + fr)
+                for i, u in enumerate(udp if isinstance(udp, list) else [udp]):
+                    fr = eth(rw.ipv4_packet(src, dst, 0xC001, u))
+                    f.write(struct.pack('<IIII', 0, i, len(fr), len(fr)) + fr)
             P = Problems(quiet=True)
-            analyze(path, 1024, P, label=f'selftest[{name}]')
+            analyze(path, 1024, P, label=f'selftest[{name}]', own=src)
             if bool(P.items) != bool(expect):
                 print(f'SELFTEST BROKEN: case {name!r} gave {len(P.items)} problem(s): {P.items}')
                 bad += 1
