@@ -89,7 +89,11 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->active_mtu = IBV_MTU_1024;
 	cfg->window = 128;   /* rxe's limit of unacknowledged PSNs (§10) */
 	cfg->spin_us = 50;
-	cfg->rto_min_us = 1000;
+	/* 10 ms: a 1 ms floor fired often enough on this 2-core VM to raise
+	 * the 2-byte ib_send_lat median from 7 to 49 us (measured; engine
+	 * timer wakeups), while 10 ms costs nothing measurable and still
+	 * recovers a lost tail ~6x sooner than the usual 67 ms ACK timeout */
+	cfg->rto_min_us = 10000;
 	e = getenv("UROCE_ADDR");
 	if (e && *e) {
 		char buf[512], *save = NULL;
