@@ -38,7 +38,9 @@
 	X(drop_qkey, "packets dropped: bad Q_Key") \
 	X(drop_no_recv, "UD/UC packets dropped: no receive posted") \
 	X(drop_injected, "packets dropped by UROCE_FAULT_* fault injection") \
-	X(cq_overruns, "completion queue overruns")
+	X(cq_overruns, "completion queue overruns") \
+	X(engine_kicks, "engine wake-ups asked for by a poster (an earlier timer)") \
+	X(timer_scans, "scans of the QP timers")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

@@ -20,6 +20,7 @@ static void run_timers(struct uroce_dev *dev, uint64_t now)
 	uint64_t next = UINT64_MAX;
 
 	atomic_store(&dev->timer_next, UINT64_MAX);
+	dev_count(dev, UC_timer_scans, 1);
 	pthread_mutex_lock(&dev->lock);
 	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
 		pthread_mutex_lock(&qp->lock);
@@ -97,8 +98,10 @@ void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
 		return;
 	while (deadline < cur) {
 		if (atomic_compare_exchange_weak(&dev->timer_next, &cur, deadline)) {
-			if (atomic_load(&dev->sleeping))
+			if (atomic_load(&dev->sleeping)) {
+				dev_count(dev, UC_engine_kicks, 1);
 				engine_kick(dev);
+			}
 			break;
 		}
 	}
