@@ -192,6 +192,8 @@ struct uroce_qp {
 	uint64_t srtt_ns, rttvar_ns;/* smoothed round trip and its variation; 0 = no sample yet */
 	unsigned rto_backoff;       /* probes since the last progress */
 	bool probe_out;             /* a probe of probe_psn awaits its ACK */
+	bool ackreq_valid;          /* ackreq_psn: the last packet sent with AckReq */
+	uint32_t ackreq_psn;
 	uint32_t probe_psn;
 	bool rtt_timing;            /* a fresh packet's round trip is being timed ... */
 	uint32_t rtt_psn;           /* ... this one ... */

@@ -469,6 +469,7 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->rto_backoff = 0;
 	qp->rtt_timing = false;
 	qp->probe_out = false;
+	qp->ackreq_valid = false;
 	qp->rnr_wait = false;
 	qp->epsn = 0;
 	qp->msn = 0;

@@ -162,12 +162,21 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		uint32_t len = (i == n - 1) ? w->length - off : qp->pmtu;
 		bool last = i == n - 1;
 		/* AckReq: on every last packet (rxe ACKs only what asks, §6.5),
-		 * every quarter window inside long messages, and on the packet
-		 * that fills the window -- otherwise the sender could stop with
-		 * nothing left that asks for an ACK; never on UC (§6.7). */
+		 * a quarter window after the previous AckReq inside long
+		 * messages, and on the packet that fills the window when no
+		 * AckReq is outstanding -- otherwise the sender could stop with
+		 * nothing left that asks for an ACK.  (Asking on *every*
+		 * window-filling packet made a window-limited sender ask on each
+		 * small burst: an ACK per 4 packets at 1 MiB.)  Never on UC (§6.7). */
 		uint32_t every = qp_window(qp) / 4 + 1;
-		bool ackreq = rc && (force_ackreq || last || i % every == every - 1 ||
-				     psn_cmp(psn, qp->una_psn) + 1 >= (int32_t)qp_window(qp));
+		bool far = !qp->ackreq_valid || psn_cmp(psn, qp->ackreq_psn) >= (int32_t)every;
+		bool asked = qp->ackreq_valid && psn_cmp(qp->ackreq_psn, qp->una_psn) >= 0;
+		bool fills = psn_cmp(psn, qp->una_psn) + 1 >= (int32_t)qp_window(qp);
+		bool ackreq = rc && (force_ackreq || last || far || (fills && !asked));
+		if (ackreq && !force_ackreq) {
+			qp->ackreq_valid = true;
+			qp->ackreq_psn = psn;
+		}
 		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
 		if (oi->off_reth)
@@ -355,6 +364,7 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 {
 	qp->rtt_timing = false;
 	qp->probe_out = false;
+	qp->ackreq_valid = false;  /* what is resent asks afresh */
 	/* find the WQE holding `psn` among the started ones */
 	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
 		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
