@@ -467,6 +467,7 @@ static void qp_reset(struct uroce_qp *qp)
 	qp_timers_off(qp);
 	qp->srtt_ns = qp->rttvar_ns = 0;
 	qp->rto_backoff = 0;
+	qp->loss_ns = 0;
 	qp->rtt_timing = false;
 	qp->probe_out = false;
 	qp->ackreq_valid = false;
