@@ -25,24 +25,10 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_clock.h"
 
 /* A call through a volatile pointer cannot be elided or inlined away. */
 static void *(*volatile memcpy_fn)(void *, const void *, size_t) = memcpy;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
 
 static int cmp_d(const void *a, const void *b)
 {

@@ -32,6 +32,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_clock.h"
 
 #define HELLO_MAGIC 0x75504e47u /* "uPNG" */
 #define DG_MAGIC 0x75444721u
@@ -77,21 +78,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void die(const char *what)
@@ -216,6 +202,20 @@ static void set_rcvtimeo(int fd, double secs)
 
 /* Send/receive exactly len bytes.  Busy mode spins on EAGAIN; returns 0 on
  * success, -1 on EOF/error, -2 on timeout (no progress for timeout secs). */
+/* A non-blocking call found nothing to do: true once `timeout` seconds have
+ * passed without progress (the clock is read every 1024 spins). */
+static bool stalled(unsigned *spins, double *last, double timeout)
+{
+	if ((++*spins & 1023) != 0)
+		return false;
+	double t = now_s();
+	if (*last == 0) {
+		*last = t;
+		return false;
+	}
+	return t - *last > timeout;
+}
+
 static int tcp_send_all(int fd, const char *buf, size_t len, bool blocking, double timeout)
 {
 	size_t done = 0;
@@ -229,13 +229,8 @@ static int tcp_send_all(int fd, const char *buf, size_t len, bool blocking, doub
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-			if ((++spins & 1023) == 0) {
-				double t = now_s();
-				if (last == 0)
-					last = t;
-				else if (t - last > timeout)
-					return -2;
-			}
+			if (stalled(&spins, &last, timeout))
+				return -2;
 			continue;
 		}
 		return -1;
@@ -260,13 +255,8 @@ static int tcp_recv_all(int fd, char *buf, size_t len, bool blocking, double tim
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
 			if (blocking)
 				return -2; /* SO_RCVTIMEO expired */
-			if ((++spins & 1023) == 0) {
-				double t = now_s();
-				if (last == 0)
-					last = t;
-				else if (t - last > timeout)
-					return -2;
-			}
+			if (stalled(&spins, &last, timeout))
+				return -2;
 			continue;
 		}
 		return -1;
