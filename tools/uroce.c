@@ -220,7 +220,11 @@ static int cmd_info_preloaded(void)
 	}
 	printf("settings\n");
 	printf("  UROCE_ADDR    %s\n", getenv("UROCE_ADDR") ? getenv("UROCE_ADDR") : "(unset: a 127.64.0.0/10 address per process)");
-	printf("  UROCE_MTU     %d\n", 128 << pa.active_mtu);
+	if (getenv("UROCE_MTU"))
+		printf("  UROCE_MTU     %s\n", getenv("UROCE_MTU"));
+	else
+		printf("  UROCE_MTU     (unset: the largest IB MTU that fits the interface MTU - 80: %d)\n",
+		       128 << pa.active_mtu);
 	printf("  UROCE_PCAP    %s\n", getenv("UROCE_PCAP") ? getenv("UROCE_PCAP") : "(off)");
 	printf("  UROCE_WINDOW  %s\n", getenv("UROCE_WINDOW") ? getenv("UROCE_WINDOW") : "128 (default)");
 	printf("  UROCE_SPIN_US %s\n", getenv("UROCE_SPIN_US") ? getenv("UROCE_SPIN_US") : "50 (default)");

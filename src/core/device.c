@@ -4,10 +4,14 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "../net/net.h"
 #include "../transport/icrc.h"
@@ -81,6 +85,86 @@ static void parse_fault(const char *name, unsigned *every, double *pct)
 		*every = (unsigned)v;
 }
 
+/* Name of the interface that holds `gid` into name[IFNAMSIZ]: loopback
+ * addresses (127/8, ::1, the automatic 127.64/10 ones) are on "lo", which
+ * need not list them.  False if no interface holds it. */
+static bool netdev_of(const uint8_t gid[16], char *name)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+	bool v4 = gid_is_ipv4(gid);
+	struct ifaddrs *all, *i;
+
+	if ((v4 && gid[12] == 127) || (!v4 && !memcmp(gid, v6_loopback, 16))) {
+		snprintf(name, IFNAMSIZ, "lo");
+		return true;
+	}
+	if (getifaddrs(&all) < 0)
+		return false;
+	for (i = all; i; i = i->ifa_next) {
+		const struct sockaddr *sa = i->ifa_addr;
+		if (sa && v4 && sa->sa_family == AF_INET &&
+		    !memcmp(&((const struct sockaddr_in *)(const void *)sa)->sin_addr, gid + 12, 4))
+			break;
+		if (sa && !v4 && sa->sa_family == AF_INET6 &&
+		    !memcmp(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, gid, 16))
+			break;
+	}
+	if (i)
+		snprintf(name, IFNAMSIZ, "%s", i->ifa_name);
+	freeifaddrs(all);
+	return i != NULL;
+}
+
+static unsigned netdev_mtu(const char *name)
+{
+	struct ifreq ifr;
+	unsigned mtu = 0;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+	if (fd >= 0 && ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0)
+		mtu = (unsigned)ifr.ifr_mtu;
+	if (fd >= 0)
+		close(fd);
+	return mtu;
+}
+
+/* The port's active MTU without UROCE_MTU: rxe's rule, the largest IB MTU
+ * that fits the interface MTU less 80 bytes of headers (roce-wire.md §7):
+ * Ethernet 1500 -> 1024, 4200 or more -> 4096, loopback (65536) -> 4096.
+ * With several addresses, the smallest; an address on no interface (or an
+ * unreadable MTU) counts as 1024. */
+static void active_mtu_from_netdevs(struct uroce_config *cfg)
+{
+	enum ibv_mtu best = IBV_MTU_4096;
+	char name[IFNAMSIZ] = "lo", shown[IFNAMSIZ] = "";
+	unsigned shown_mtu = 0;
+	int n = cfg->addr_from_env ? cfg->ngids : 1;
+
+	for (int g = 0; g < n; g++) {
+		unsigned mtu = 0;
+		if (!cfg->addr_from_env || netdev_of(cfg->gids[g], name))
+			mtu = netdev_mtu(name);
+		enum ibv_mtu m = IBV_MTU_1024;
+		if (mtu) {
+			m = IBV_MTU_256;
+			while (m < IBV_MTU_4096 && (128u << (m + 1)) + 80 <= mtu)
+				m = (enum ibv_mtu)(m + 1);
+		}
+		if (m <= best) {
+			best = m;
+			snprintf(shown, sizeof(shown), "%s", mtu ? name : "");
+			shown_mtu = mtu;
+		}
+	}
+	cfg->active_mtu = best;
+	if (shown[0])
+		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "interface %s, MTU %u", shown, shown_mtu);
+	else
+		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "default: interface MTU unknown");
+}
+
 int uroce_config_load(struct uroce_config *cfg)
 {
 	const char *e;
@@ -109,7 +193,10 @@ int uroce_config_load(struct uroce_config *cfg)
 		cfg->addr_from_env = cfg->ngids > 0;
 	}
 	e = getenv("UROCE_MTU");
-	if (e && *e) {
+	if (!e || !*e)
+		active_mtu_from_netdevs(cfg);
+	else {
+		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "UROCE_MTU");
 		switch (atoi(e)) {
 		case 256: cfg->active_mtu = IBV_MTU_256; break;
 		case 512: cfg->active_mtu = IBV_MTU_512; break;
@@ -166,7 +253,7 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	for (int i = 0; i < cfg->ngids; i++)
 		fprintf(f, "  gid[%d]        %s (RoCE v2, UDP port 4791)\n", i, gid_str(cfg->gids[i], a, sizeof(a)));
 	fprintf(f, "  address from  %s\n", cfg->addr_from_env ? "UROCE_ADDR" : "automatic (127.64.0.0/10, one per process)");
-	fprintf(f, "  active_mtu    %d (UROCE_MTU)\n", 128 << cfg->active_mtu);
+	fprintf(f, "  active_mtu    %d (%s; UROCE_MTU sets it)\n", 128 << cfg->active_mtu, cfg->mtu_from);
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
 	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
 	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);

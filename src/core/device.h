@@ -15,7 +15,8 @@ struct uroce_config {
 	uint8_t gids[UROCE_MAX_GIDS][16];
 	int ngids;
 	bool addr_from_env;      /* UROCE_ADDR given */
-	enum ibv_mtu active_mtu; /* UROCE_MTU */
+	enum ibv_mtu active_mtu; /* UROCE_MTU, else from the interface MTU (rxe's rule) */
+	char mtu_from[48];       /* where active_mtu came from, for `uroce info` */
 	char pcap_path[256];     /* UROCE_PCAP */
 	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP */
 	/* UROCE_FAULT_DROP_TX / _RX: "N" drops every N-th packet sent/received;

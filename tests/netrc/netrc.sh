@@ -39,7 +39,7 @@
 #
 # MTU: the veth pair has MTU 1500 and uroce sends each RoCE packet as one
 # UDP datagram: IP(20|40) + UDP 8 + BTH 12 (+ RETH 16 ...) + payload + ICRC 4.
-# So the RoCE path MTU must be <= 1024 on it (the default active MTU 1024 is
+# So the RoCE path MTU must be <= 1024 on it (the active MTU derived from it, 1024, is
 # fine; -m 2048/4096 does not fit).  -m 4096 needs the link MTU raised to
 # ~4200+ (the clean case sets the veth MTU to 9000 and runs with
 # UROCE_MTU=4096 -m 4096).  With -m 4096 on the 1500-byte veth the full-size

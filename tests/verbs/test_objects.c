@@ -630,7 +630,32 @@ static void g_device(void)
 	expect_i("query_port_state_active", IBV_PORT_ACTIVE, pa.state);
 	expect_i("query_port_link_layer_ethernet", IBV_LINK_LAYER_ETHERNET,
 		 pa.link_layer);
-	expect_i("query_port_active_mtu_1024", IBV_MTU_1024, pa.active_mtu);
+	{
+		/* UROCE_MTU, else rxe's rule on the interface MTU: the largest
+		 * IB MTU <= MTU - 80 (roce-wire.md §7); the automatic address
+		 * is on lo */
+		int want = -1;
+		const char *e = getenv("UROCE_MTU");
+		if (e && *e) {
+			for (int m = IBV_MTU_256; m <= IBV_MTU_4096; m++)
+				if (atoi(e) == 128 << m)
+					want = m;
+		} else if (!getenv("UROCE_ADDR")) {
+			FILE *f = fopen("/sys/class/net/lo/mtu", "r");
+			unsigned mtu = 0;
+			if (f && fscanf(f, "%u", &mtu) == 1) {
+				want = IBV_MTU_256;
+				while (want < IBV_MTU_4096 && (128u << (want + 1)) + 80 <= mtu)
+					want++;
+			}
+			if (f)
+				fclose(f);
+		}
+		if (want >= 0)
+			expect_i("query_port_active_mtu_from_interface", want, pa.active_mtu);
+		else
+			expect_ge("query_port_active_mtu_valid", IBV_MTU_256, pa.active_mtu);
+	}
 	expect_ge("query_port_max_mtu_ge_active", pa.active_mtu, pa.max_mtu);
 	expect_ge("query_port_gid_tbl_len", 1, pa.gid_tbl_len);
 	expect_ge("query_port_pkey_tbl_len", 1, pa.pkey_tbl_len);

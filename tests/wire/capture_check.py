@@ -9,8 +9,9 @@ UROCE_PCAP on both sides, then every frame checked three ways.
 Workloads (WORKLOADS below): ibv_rc_pingpong -s 3000 -n 50, -m 256, -s 1001
 (SEND_ONLY with PadCnt 3), ibv_uc_pingpong, ib_read_bw -s 9000, ib_read_lat
 -s 61, ib_atomic_bw (FETCH_ADD and CMP_AND_SWAP), ib_write_bw -s 5000,
-ib_write_lat -s 13, ib_send_bw -s 2000, and ibv_rc_pingpong over IPv6 GIDs in
-a private network namespace (skipped without root).  Free TCP ports.
+ib_write_lat -s 13, ib_send_bw -s 2000 (perftest pinned to -m 1024), ib_write_bw
+-s 9000 at the port's own MTU (4096 on loopback), and ibv_rc_pingpong over IPv6
+GIDs in a private network namespace (skipped without root).  Free TCP ports.
 
 Per frame (frame numbers are 1-based, as in tshark/Wireshark):
  (a) tshark decodes it as InfiniBand over RoCEv2 ("RRoCE", frame.protocols
@@ -83,6 +84,23 @@ PP = ['-d', 'uroce0', '-g', '0']
 # hundred ms of CPU starvation on a loaded 2-core box (busy-polling benchmarks)
 # does not exhaust retry_cnt; retransmissions still happen and are checked
 PT = ['-d', 'uroce0', '-x', '0', '-F', '-u', '18']
+# perftest takes the port's active MTU unless -m says otherwise: the port's
+# MTU follows the interface (lo: 65536 -> 4096, roce-wire.md §7), so the
+# workloads below pin 1024 where their packet shapes were chosen for it
+PT1K = PT + ['-m', '1024']
+
+
+def port_mtu_lo():
+    """The active MTU uroce reports on loopback: the largest IB MTU that fits
+    lo's MTU less 80 bytes (rxe's rule, roce-wire.md §7)."""
+    with open('/sys/class/net/lo/mtu') as f:
+        mtu = int(f.read())
+    m = 256
+    while m < 4096 and 2 * m + 80 <= mtu:
+        m *= 2
+    return m
+
+
 # name, argv (both sides; the client adds 127.0.0.1), PMTU, opcodes that must appear
 WORKLOADS = [
     ('rc_pingpong_3000', ['ibv_rc_pingpong'] + PP + ['-s', '3000', '-n', '50', '-c'], 1024,
@@ -93,20 +111,23 @@ WORKLOADS = [
      {0x04, 0x11}),
     ('uc_pingpong', ['ibv_uc_pingpong'] + PP + ['-s', '3000', '-n', '20'], 1024,
      {0x20, 0x21, 0x22}),
-    ('read_bw', ['ib_read_bw'] + PT + ['-n', '50', '-s', '9000'], 1024,
+    ('read_bw', ['ib_read_bw'] + PT1K + ['-n', '50', '-s', '9000'], 1024,
      {0x0C, 0x0D, 0x0E, 0x0F}),
-    ('read_lat_small', ['ib_read_lat'] + PT + ['-n', '50', '-s', '61'], 1024,
+    ('read_lat_small', ['ib_read_lat'] + PT1K + ['-n', '50', '-s', '61'], 1024,
      {0x0C, 0x10}),
-    ('atomic_fetch_add', ['ib_atomic_bw'] + PT + ['-n', '50'], 1024,
+    ('atomic_fetch_add', ['ib_atomic_bw'] + PT1K + ['-n', '50'], 1024,
      {0x14, 0x12}),
-    ('atomic_cmp_swap', ['ib_atomic_bw'] + PT + ['-n', '50', '-A', 'CMP_AND_SWAP'], 1024,
+    ('atomic_cmp_swap', ['ib_atomic_bw'] + PT1K + ['-n', '50', '-A', 'CMP_AND_SWAP'], 1024,
      {0x13, 0x12}),
-    ('write_bw', ['ib_write_bw'] + PT + ['-n', '50', '-s', '5000'], 1024,
+    ('write_bw', ['ib_write_bw'] + PT1K + ['-n', '50', '-s', '5000'], 1024,
      {0x06, 0x07, 0x08, 0x11}),
-    ('write_lat_small', ['ib_write_lat'] + PT + ['-n', '50', '-s', '13'], 1024,
+    ('write_lat_small', ['ib_write_lat'] + PT1K + ['-n', '50', '-s', '13'], 1024,
      {0x0A, 0x11}),
-    ('send_bw', ['ib_send_bw'] + PT + ['-n', '50', '-s', '2000'], 1024,
+    ('send_bw', ['ib_send_bw'] + PT1K + ['-n', '50', '-s', '2000'], 1024,
      {0x00, 0x02, 0x11}),
+    # the port's own MTU: 4096-byte packets on loopback
+    ('write_bw_port_mtu', ['ib_write_bw'] + PT + ['-n', '50', '-s', '9000'], port_mtu_lo(),
+     {0x06, 0x07, 0x08, 0x11}),
     # IPv6 GIDs (§1.3): run in a private namespace, UROCE_ADDR=fd00:4791::1 / ::2
     ('rc_pingpong_ipv6', ['ibv_rc_pingpong'] + PP + ['-s', '3000', '-n', '20', '-c'], 1024,
      {0x00, 0x01, 0x02, 0x11}),
