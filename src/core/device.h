@@ -58,6 +58,8 @@ struct uroce_dev {
 	atomic_bool sleeping;
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
+	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
+	unsigned n_acks_owed;
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
 };
 

@@ -50,6 +50,7 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 			break;
 		for (int i = 0; i < n; i++)
 			transport_rx(dev, &pkts[i]);
+		transport_rx_batch_end(dev);
 		net_recv_done(dev->net, pkts, n);
 		done += n;
 	}
@@ -210,7 +211,8 @@ int engine_start(struct uroce_dev *dev)
 
 	atomic_store(&dev->timer_next, UINT64_MAX);
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
-	if (!dev->rx_pkts)
+	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
+	if (!dev->rx_pkts || !dev->acks_owed)
 		return -ENOMEM;
 	dev->epfd = epoll_create1(EPOLL_CLOEXEC);
 	dev->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -257,4 +259,6 @@ void engine_stop(struct uroce_dev *dev)
 	close(dev->kick_fd);
 	free(dev->rx_pkts);
 	dev->rx_pkts = NULL;
+	free(dev->acks_owed);
+	dev->acks_owed = NULL;
 }

@@ -211,6 +211,8 @@ struct uroce_qp {
 	uint32_t epsn;              /* expected request PSN */
 	uint32_t msn;
 	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
+	bool ack_owed;              /* a coalesced ACK of ack_owed_psn is due (responder.c) */
+	uint32_t ack_owed_psn;
 	/* the message being received */
 	bool in_send, in_write;
 	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */

@@ -475,6 +475,7 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->epsn = 0;
 	qp->msn = 0;
 	qp->nak_sent = false;
+	qp->ack_owed = false;
 	qp->in_send = qp->in_write = false;
 	qp->cur_recv_valid = false;
 	if (qp->res)

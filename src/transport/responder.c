@@ -15,11 +15,14 @@ enum resp_verdict {
 	RV_RNR,          /* RNR NAK: no receive WQE */
 };
 
+static void flush_owed_ack(struct uroce_qp *qp);
+
 static void send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
 {
 	struct tx_batch b;
 	uint8_t *h;
 
+	flush_owed_ack(qp);
 	txb_init(&b, qp);
 	h = txb_hdr(&b);
 	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
@@ -32,6 +35,52 @@ static void send_ack(struct uroce_qp *qp, uint32_t psn)
 {
 	dev_count(qp->dev, UC_acks_tx, 1);
 	send_aeth(qp, OP_RC_ACK, AETH_ACK_UNLIMITED, psn);
+}
+
+/* ACK coalescing (§6.5: an ACK acknowledges every PSN up to its own, and
+ * responders may coalesce): an ACK a SEND/WRITE (or a duplicate) asks for
+ * is owed until the receive batch is done, then one goes out per QP however
+ * many packets asked -- a stream of small WRITEs no longer costs one ACK
+ * datagram each.  Any other response of the QP sends it first, so the wire
+ * stays in PSN order.  All under rx_lock (transport_rx's caller). */
+static void ack_owe(struct uroce_qp *qp, uint32_t psn)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	if (qp->ack_owed) {
+		if (psn_cmp(psn, qp->ack_owed_psn) > 0)
+			qp->ack_owed_psn = psn;
+		return;
+	}
+	if (dev->n_acks_owed == UROCE_RX_BATCH) {
+		send_ack(qp, psn);
+		return;
+	}
+	dev->acks_owed[dev->n_acks_owed++] = qp;
+	qp->ack_owed = true;
+	qp->ack_owed_psn = psn;
+}
+
+static void flush_owed_ack(struct uroce_qp *qp)
+{
+	if (qp->ack_owed) {
+		qp->ack_owed = false;
+		send_ack(qp, qp->ack_owed_psn);
+	}
+}
+
+void transport_rx_batch_end(struct uroce_dev *dev)
+{
+	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
+		struct uroce_qp *qp = dev->acks_owed[i];
+		pthread_mutex_lock(&qp->lock);
+		if (qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
+		    qp->attr.qp_state == IBV_QPS_SQD || qp->attr.qp_state == IBV_QPS_SQE)
+			flush_owed_ack(qp);
+		qp->ack_owed = false;
+		pthread_mutex_unlock(&qp->lock);
+	}
+	dev->n_acks_owed = 0;
 }
 
 /* NAK codes 1-3 put the responder's QP in the error state too (§5.3). */
@@ -191,6 +240,7 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 	if (r->length && mr_check_remote(qp->dev, qp->pd, r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
 		return; /* the region went away since: let the requester time out */
 	struct uroce_seg seg = { mr ? mr_host(mr, r->va) : NULL, r->length };
+	flush_owed_ack(qp);
 	txb_init(&b, qp);
 	for (uint32_t i = i0; i < n; i++) {
 		uint8_t *h = txb_hdr(&b);
@@ -248,6 +298,7 @@ static void send_atomic_ack(struct uroce_qp *qp, uint32_t psn, uint64_t orig)
 	struct tx_batch b;
 	uint8_t *h;
 
+	flush_owed_ack(qp);
 	txb_init(&b, qp);
 	h = txb_hdr(&b);
 	bth_set(h, OP_RC_ATOMIC_ACK, 0, 0, qp->attr.dest_qp_num, 0, psn);
@@ -298,7 +349,7 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	dev_count(qp->dev, UC_duplicates, 1);
 	if (pkt->mask & (OPF_SEND | OPF_WRITE)) {
-		send_ack(qp, psn_add(qp->epsn, PSN_MASK)); /* ePSN - 1 */
+		ack_owe(qp, psn_add(qp->epsn, PSN_MASK)); /* ePSN - 1 */
 		return;
 	}
 	for (uint32_t i = 0; i < qp->res_size; i++) {
@@ -399,7 +450,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->epsn = psn_add(pkt->psn, consumed);
 	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
 		if (bth_ackreq(pkt->bth))
-			send_ack(qp, pkt->psn);
+			ack_owe(qp, pkt->psn);
 	}
 }
 

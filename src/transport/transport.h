@@ -13,6 +13,8 @@
 /* recv.c: the engine (or a poller) hands every received packet here;
  * takes the QP lock itself. */
 void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
+/* After a receive batch: send the ACKs the responder coalesced (responder.c). */
+void transport_rx_batch_end(struct uroce_dev *dev);
 
 /* A parsed, validated packet. */
 struct uroce_pkt {
