@@ -2,16 +2,20 @@
 #include "device.h"
 #include "../verbs/ops.h"
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "../net/net.h"
 #include "../transport/icrc.h"
@@ -270,8 +274,60 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct uroce_dev *the_dev;
 
+/* The counter page of a process killed before it closed its device stays in
+ * /dev/shm (timeouts in test harnesses leave hundreds); the next device to
+ * open removes the pages whose PID no longer exists.  (A PID namespace that
+ * shares this /dev/shm would see another namespace's live pages as stale:
+ * `uroce stat` would lose them, the processes themselves would not notice.) */
+/* The PID is alive: is it another process than the page's?  Yes if the
+ * page is older than a few seconds (not one being set up right now) and the
+ * process does not map it; no when that cannot be told. */
+static bool pid_reused(long pid, const char *name, int dfd)
+{
+	struct stat st;
+	char path[64], line[512];
+	bool mapped = false;
+
+	if (fstatat(dfd, name, &st, 0) < 0 || time(NULL) - st.st_mtime < 5)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!mapped && fgets(line, sizeof(line), f))
+		mapped = strstr(line, name) != NULL;
+	fclose(f);
+	return !mapped;
+}
+
+static void shm_sweep_stale(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *end;
+		if (strncmp(e->d_name, "uroce.", 6))
+			continue;
+		long pid = strtol(e->d_name + 6, &end, 10);
+		if (*end || pid <= 0 || pid > INT32_MAX || pid == (long)getpid())
+			continue;
+		struct stat st;
+		/* a page somebody hard-linked is kept on purpose (tests/netrc) */
+		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 || st.st_nlink > 1)
+			continue;
+		if ((kill((pid_t)pid, 0) == 0 || errno != ESRCH) && !pid_reused(pid, e->d_name, dirfd(d)))
+			continue;
+		unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
 static int shm_publish(struct uroce_dev *dev)
 {
+	shm_sweep_stale();
 	snprintf(dev->shm_path, sizeof(dev->shm_path), "/dev/shm/uroce.%d", (int)getpid());
 	int fd = open(dev->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	void *p = MAP_FAILED;
