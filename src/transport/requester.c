@@ -382,20 +382,31 @@ out:
 		requester_arm_timer(qp);
 }
 
-void requester_rewind(struct uroce_qp *qp, uint32_t psn)
+/* The oldest started, not completed WQE whose PSNs reach `psn` (its slot
+ * number in *slot), or NULL. */
+static struct uroce_send_wqe *wqe_reaching(struct uroce_qp *qp, uint32_t psn, uint32_t *slot)
 {
-	qp->rtt_timing = false;
-	qp->probe_out = false;
-	qp->ackreq_valid = false;  /* what is resent asks afresh */
-	/* find the WQE holding `psn` among the started ones */
 	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
 		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
 		if (!w->started)
-			break;
-		if (w->state == WQE_DONE)
-			continue;
-		if (psn_cmp(psn, w->last_psn) > 0)
-			continue;
+			return NULL;
+		if (w->state != WQE_DONE && psn_cmp(psn, w->last_psn) <= 0) {
+			*slot = i;
+			return w;
+		}
+	}
+	return NULL;
+}
+
+void requester_rewind(struct uroce_qp *qp, uint32_t psn)
+{
+	uint32_t i;
+	struct uroce_send_wqe *w;
+
+	qp->rtt_timing = false;
+	qp->probe_out = false;
+	qp->ackreq_valid = false;  /* what is resent asks afresh */
+	if ((w = wqe_reaching(qp, psn, &i))) {
 		uint32_t k = psn_cmp(psn, w->first_psn) > 0 ? (uint32_t)psn_cmp(psn, w->first_psn) : 0;
 		if (wqe_is_read(w)) {
 			/* resume at the first response not yet placed */
@@ -420,7 +431,6 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 		}
 		/* READ/atomic requests in flight are asked again */
 		qp->rd_atomic_out = 0;
-		return;
 	}
 }
 
@@ -430,27 +440,22 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
  * or atomic (their retry is a new request: the caller rewinds instead). */
 bool requester_probe(struct uroce_qp *qp)
 {
-	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
-		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
-		if (!w->started)
-			return false;
-		if (w->state == WQE_DONE || psn_cmp(qp->una_psn, w->last_psn) > 0)
-			continue;
-		if (wqe_is_read(w) || wqe_is_atomic(w) || psn_cmp(qp->una_psn, w->first_psn) < 0)
-			return false;
-		uint32_t saved_next = w->next_pkt, saved_snd = qp->snd_psn;
-		struct tx_batch b;
-		txb_init(&b, qp);
-		w->next_pkt = (uint32_t)psn_cmp(qp->una_psn, w->first_psn);
-		bool sent = send_next_packet(qp, w, &b, true);
-		txb_flush(&b);
-		w->next_pkt = saved_next;
-		qp->snd_psn = saved_snd;
-		if (sent) {
-			qp->probe_psn = qp->una_psn;
-			qp->probe_out = true;
-		}
-		return sent;
+	uint32_t slot;
+	struct uroce_send_wqe *w = wqe_reaching(qp, qp->una_psn, &slot);
+
+	if (!w || wqe_is_read(w) || wqe_is_atomic(w) || psn_cmp(qp->una_psn, w->first_psn) < 0)
+		return false;
+	uint32_t saved_next = w->next_pkt, saved_snd = qp->snd_psn;
+	struct tx_batch b;
+	txb_init(&b, qp);
+	w->next_pkt = (uint32_t)psn_cmp(qp->una_psn, w->first_psn);
+	bool sent = send_next_packet(qp, w, &b, true);
+	txb_flush(&b);
+	w->next_pkt = saved_next;
+	qp->snd_psn = saved_snd;
+	if (sent) {
+		qp->probe_psn = qp->una_psn;
+		qp->probe_out = true;
 	}
-	return false;
+	return sent;
 }
