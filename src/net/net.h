@@ -80,6 +80,12 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 bool net_fault_tx(struct uroce_net *net);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 
+/* The IP header a RoCEv2 packet of `udp_len` UDP bytes travels in: IPv4
+ * with DF and its header checksum (20 bytes), or IPv6 (40 bytes); returns
+ * the length written.  The pcap tap and the UD GRH (responder.c) share it. */
+size_t ip_header_build(uint8_t *out, const uint8_t sgid[16], const uint8_t dgid[16], uint16_t udp_len,
+		       uint16_t ip_id, uint8_t tos, uint8_t ttl);
+
 /* pcap.c: a capture Wireshark opens as Ethernet/IP/UDP/RoCEv2. */
 struct pcap_tap *pcap_tap_open(const char *path);
 void pcap_tap_close(struct pcap_tap *tap);

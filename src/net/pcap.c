@@ -41,16 +41,6 @@ void pcap_tap_close(struct pcap_tap *t)
 	free(t);
 }
 
-static uint16_t ip_csum(const uint8_t *h, size_t n)
-{
-	uint32_t s = 0;
-	for (size_t i = 0; i < n; i += 2)
-		s += (uint32_t)h[i] << 8 | h[i + 1];
-	while (s >> 16)
-		s = (s & 0xFFFF) + (s >> 16);
-	return (uint16_t)~s;
-}
-
 /* UDP checksum over the pseudo header (addresses `alen` bytes each). */
 static uint16_t udp_csum(const uint8_t *src, const uint8_t *dst, int alen, const uint8_t *udp, size_t n)
 {
@@ -94,27 +84,11 @@ void pcap_tap_write(struct pcap_tap *t, const uint8_t sgid[16], const uint8_t dg
 	udp[2] = (uint8_t)(dport >> 8); udp[3] = (uint8_t)dport;
 	udp[4] = (uint8_t)(ulen >> 8); udp[5] = (uint8_t)ulen;
 	udp[6] = udp[7] = 0;
-	if (v4) {
-		uint16_t tot = (uint16_t)(20 + ulen);
-		uint8_t h[20] = { 0x45, tos, (uint8_t)(tot >> 8), (uint8_t)tot, (uint8_t)(ip_id >> 8), (uint8_t)ip_id,
-				  0x40, 0, ttl, 17, 0, 0 };
-		memcpy(h + 12, sgid + 12, 4);
-		memcpy(h + 16, dgid + 12, 4);
-		uint16_t c = ip_csum(h, 20);
-		h[10] = (uint8_t)(c >> 8); h[11] = (uint8_t)c;
-		memcpy(ip, h, 20);
-		/* uroce's sockets send real UDP checksums (udp.c) */
-		uint16_t uc = udp_csum(sgid + 12, dgid + 12, 4, udp, ulen);
-		udp[6] = (uint8_t)(uc >> 8); udp[7] = (uint8_t)uc;
-	} else {
-		uint8_t h[40] = { (uint8_t)(0x60 | tos >> 4), (uint8_t)(tos << 4), 0, 0, (uint8_t)(ulen >> 8), (uint8_t)ulen,
-				  17, ttl };
-		memcpy(h + 8, sgid, 16);
-		memcpy(h + 24, dgid, 16);
-		memcpy(ip, h, 40);
-		uint16_t c = udp_csum(sgid, dgid, 16, udp, ulen);
-		udp[6] = (uint8_t)(c >> 8); udp[7] = (uint8_t)c;
-	}
+	ip_header_build(ip, sgid, dgid, ulen, ip_id, tos, ttl);
+	/* uroce's sockets send real UDP checksums (udp.c) */
+	uint16_t c = v4 ? udp_csum(sgid + 12, dgid + 12, 4, udp, ulen) : udp_csum(sgid, dgid, 16, udp, ulen);
+	udp[6] = (uint8_t)(c >> 8);
+	udp[7] = (uint8_t)c;
 	struct pcap_pkthdr ph;
 	gettimeofday(&ph.ts, NULL);
 	ph.caplen = ph.len = (bpf_u_int32)(14 + iph + ulen);

@@ -459,35 +459,10 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 static void build_grh(const struct uroce_pkt *pkt, uint8_t grh[40])
 {
 	const struct uroce_rxpkt *rx = pkt->rx;
-	uint16_t udp_len = (uint16_t)(rx->len + 8);
 
 	memset(grh, 0, 40);
-	if (gid_is_ipv4(rx->sgid)) {
-		uint8_t *ip = grh + 20;
-		uint16_t tot = (uint16_t)(20 + udp_len);
-		ip[0] = 0x45;
-		ip[1] = rx->tos;
-		st16(ip + 2, tot);
-		st16(ip + 4, pkt->ip_id);
-		st16(ip + 6, 0x4000);
-		ip[8] = rx->ttl;
-		ip[9] = 17;
-		memcpy(ip + 12, rx->sgid + 12, 4);
-		memcpy(ip + 16, rx->dgid + 12, 4);
-		uint32_t sum = 0;
-		for (int i = 0; i < 20; i += 2)
-			sum += ld16(ip + i);
-		while (sum >> 16)
-			sum = (sum & 0xFFFF) + (sum >> 16);
-		st16(ip + 10, (uint16_t)~sum);
-	} else {
-		st32(grh, 6u << 28 | (uint32_t)rx->tos << 20);
-		st16(grh + 4, udp_len);
-		grh[6] = 17;
-		grh[7] = rx->ttl;
-		memcpy(grh + 8, rx->sgid, 16);
-		memcpy(grh + 24, rx->dgid, 16);
-	}
+	ip_header_build(gid_is_ipv4(rx->sgid) ? grh + 20 : grh, rx->sgid, rx->dgid, (uint16_t)(rx->len + 8),
+			pkt->ip_id, rx->tos, rx->ttl);
 }
 
 void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
