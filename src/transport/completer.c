@@ -117,8 +117,7 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			 * on the same path -- lost, or dropped after a NAK.  Go
 			 * back to there now (§6.6). */
 			if (probe_hit && psn_cmp(qp->snd_psn, psn_add(psn, 1)) > 0) {
-				requester_cwnd_loss(qp, false);
-				requester_rewind(qp, psn_add(psn, 1));
+				requester_retry_from(qp, psn_add(psn, 1), false);
 			}
 		}
 		break;
@@ -164,8 +163,7 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 				return;
 			}
 			qp->retry_left--;
-			requester_cwnd_loss(qp, false);
-			requester_rewind(qp, psn);
+			requester_retry_from(qp, psn, false);
 			qp_timers_off(qp);
 			break;
 		}
@@ -223,8 +221,7 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			qp->retry_left--;
 			qp->read_gap_asked = true;
 			qp->read_gap_psn = gap;
-			requester_cwnd_loss(qp, false);
-			requester_rewind(qp, gap);
+			requester_retry_from(qp, gap, false);
 		}
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x is #%u, expected #%u", qp->qpn, psn, idx, expect_idx);
 		dev_count(qp->dev, UC_dup_responses, 1);
@@ -296,11 +293,7 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		return;
 	qp_retire_sends(qp);
-	if (!qp->rnr_wait) {
-		requester_run(qp);
-		if (!qp->ack_deadline || !qp->rto_deadline)
-			requester_arm_timer(qp);
-	}
+	requester_run(qp);  /* sends what the window allows and (re)arms the timers */
 }
 
 /* The adaptive retransmission timer (early retry).  Go-back-N recovers a
@@ -330,15 +323,10 @@ void completer_timer(struct uroce_qp *qp, uint64_t now)
 		/* RNR timer expired: resend from the NAKed PSN */
 		qp->rnr_wait = false;
 		requester_rewind(qp, qp->una_psn);
-		requester_run(qp);
-		requester_arm_timer(qp);
-		return;
-	}
-	if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out) {
+	} else if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out) {
 		qp_timers_off(qp); /* nothing outstanding */
 		return;
-	}
-	if (!qp->ack_deadline || now < qp->ack_deadline) {
+	} else if (!qp->ack_deadline || now < qp->ack_deadline) {
 		if (!qp->rto_deadline || now < qp->rto_deadline) {
 			requester_arm_timer(qp);  /* early: not this one's time */
 			return;
@@ -349,27 +337,24 @@ void completer_timer(struct uroce_qp *qp, uint64_t now)
 			(unsigned long long)qp->rttvar_ns, qp->rto_backoff);
 		qp->rto_deadline = 0;
 		qp->rto_backoff++;
-		if (!requester_probe(qp)) {
-			requester_cwnd_loss(qp, false);
-			requester_rewind(qp, qp->una_psn);
-			requester_run(qp);
+		if (requester_probe(qp)) {
+			requester_arm_timer(qp);
+			return;
 		}
-		requester_arm_timer(qp);
-		return;
+		requester_retry_from(qp, qp->una_psn, false);
+	} else {
+		dev_count(qp->dev, UC_timeouts, 1);
+		LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u retry_left %u, late by %lld ns",
+			qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out, qp->retry_left,
+			(long long)(now_ns() - qp->ack_deadline));
+		qp->ack_deadline = qp->rto_deadline = 0;
+		if (qp->retry_left == 0) {
+			fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
+			return;
+		}
+		qp->retry_left--;
+		qp->rto_backoff++;
+		requester_retry_from(qp, qp->una_psn, true);
 	}
-	dev_count(qp->dev, UC_timeouts, 1);
-	LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u retry_left %u, late by %lld ns",
-		qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out, qp->retry_left,
-		(long long)(now_ns() - qp->ack_deadline));
-	qp->ack_deadline = qp->rto_deadline = 0;
-	if (qp->retry_left == 0) {
-		fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
-		return;
-	}
-	qp->retry_left--;
-	qp->rto_backoff++;
-	requester_cwnd_loss(qp, true);
-	requester_rewind(qp, qp->una_psn);
 	requester_run(qp);
-	requester_arm_timer(qp);
 }

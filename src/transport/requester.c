@@ -25,9 +25,11 @@ static uint32_t qp_window(const struct uroce_qp *qp)
 	return qp->cwnd ? qp->cwnd : qp->dev->cfg.window;
 }
 
-void requester_cwnd_loss(struct uroce_qp *qp, bool timeout)
+/* A loss signal: shrink the window (to 4 on a timeout) and remember when,
+ * which arms the adaptive timer for a while (rto_ns). */
+static void cwnd_loss(struct uroce_qp *qp, bool timeout)
 {
-	qp->loss_ns = now_ns();  /* arms the adaptive timer for a while (rto_ns) */
+	qp->loss_ns = now_ns();
 	uint32_t w = qp_window(qp);
 	qp->ssthresh = w / 2 > 4 ? w / 2 : 4;
 	qp->cwnd = timeout ? 4 : qp->ssthresh;
@@ -320,7 +322,6 @@ static void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_bat
 void requester_run(struct uroce_qp *qp)
 {
 	struct tx_batch b;
-	bool sent = false;
 
 	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->rnr_wait)
 		return;
@@ -365,7 +366,6 @@ void requester_run(struct uroce_qp *qp)
 		while (w->next_pkt < w->npkts) {
 			if (!send_next_packet(qp, w, &b, false))
 				goto out;
-			sent = true;
 		}
 		w->state = WQE_SENT;
 		qp->sq_send++;
@@ -378,8 +378,7 @@ out:
 	txb_flush(&b);
 	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)
 		qp_retire_sends(qp);
-	if (sent && (!qp->ack_deadline || !qp->rto_deadline))
-		requester_arm_timer(qp);
+	requester_arm_timer(qp);
 }
 
 /* The oldest started, not completed WQE whose PSNs reach `psn` (its slot
@@ -458,4 +457,10 @@ bool requester_probe(struct uroce_qp *qp)
 		qp->probe_out = true;
 	}
 	return sent;
+}
+
+void requester_retry_from(struct uroce_qp *qp, uint32_t psn, bool timeout)
+{
+	cwnd_loss(qp, timeout);
+	requester_rewind(qp, psn);
 }

@@ -40,8 +40,10 @@ void requester_arm_timer(struct uroce_qp *qp);
 bool requester_probe(struct uroce_qp *qp);
 /* The timed packet was acknowledged at `now`: update srtt/rttvar. */
 void requester_rtt_sample(struct uroce_qp *qp, uint64_t now);
-/* Congestion window: a loss signal (NAK, READ gap, timeout) and progress. */
-void requester_cwnd_loss(struct uroce_qp *qp, bool timeout);
+/* After a loss signal (sequence NAK, READ gap, probe that found a loss,
+ * timeout): shrink the congestion window and go back to `psn` (§6.6). */
+void requester_retry_from(struct uroce_qp *qp, uint32_t psn, bool timeout);
+/* Congestion window: ACKed progress. */
 void requester_cwnd_progress(struct uroce_qp *qp, uint32_t acked);
 /* Build and send one packet of a responder-generated kind (ACK, NAK, READ
  * response, atomic ACK) from `hdr` (BTH..ext headers) + payload segments. */
