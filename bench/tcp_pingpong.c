@@ -182,6 +182,16 @@ static void resolve(const char *host, int port, int socktype, struct sockaddr_st
 	freeaddrinfo(res);
 }
 
+/* A socket of `socktype` for host:port, whose address is left in ss/len. */
+static int open_socket(const char *host, int port, int socktype, struct sockaddr_storage *ss, socklen_t *len)
+{
+	resolve(host, port, socktype, ss, len);
+	int fd = socket(ss->ss_family, socktype, 0);
+	if (fd < 0)
+		die("socket");
+	return fd;
+}
+
 static void set_bufs(int fd, int bytes)
 {
 	/* SO_*BUFFORCE works for root (beyond rmem_max); fall back otherwise. */
@@ -392,10 +402,7 @@ static void tcp_client(const struct opts *o)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	resolve(o->host, o->port, SOCK_STREAM, &ss, &sl);
-	int fd = socket(ss.ss_family, SOCK_STREAM, 0);
-	if (fd < 0)
-		die("socket");
+	int fd = open_socket(o->host, o->port, SOCK_STREAM, &ss, &sl);
 	if (connect(fd, (struct sockaddr *)&ss, sl) < 0)
 		die("connect");
 	tcp_opts(fd);
@@ -461,10 +468,7 @@ static void tcp_server(const struct opts *o)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	resolve(o->bind_addr, o->port, SOCK_STREAM, &ss, &sl);
-	int lfd = socket(ss.ss_family, SOCK_STREAM, 0);
-	if (lfd < 0)
-		die("socket");
+	int lfd = open_socket(o->bind_addr, o->port, SOCK_STREAM, &ss, &sl);
 	int one = 1;
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(lfd, (struct sockaddr *)&ss, sl) < 0)
@@ -545,10 +549,7 @@ static void udp_client(const struct opts *o)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	resolve(o->host, o->port, SOCK_DGRAM, &ss, &sl);
-	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
-	if (fd < 0)
-		die("socket");
+	int fd = open_socket(o->host, o->port, SOCK_DGRAM, &ss, &sl);
 	set_bufs(fd, 8 << 20);
 	if (connect(fd, (struct sockaddr *)&ss, sl) < 0)
 		die("connect");
@@ -656,10 +657,7 @@ static void udp_server(const struct opts *o)
 {
 	struct sockaddr_storage ss, peer;
 	socklen_t sl, pl = sizeof(peer);
-	resolve(o->bind_addr, o->port, SOCK_DGRAM, &ss, &sl);
-	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
-	if (fd < 0)
-		die("socket");
+	int fd = open_socket(o->bind_addr, o->port, SOCK_DGRAM, &ss, &sl);
 	set_bufs(fd, 8 << 20);
 	if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
 		die("bind");
