@@ -133,19 +133,19 @@ class Proc:
             if self.wait(grace):
                 return
 
-    def out(self):
+    @staticmethod
+    def _read(path):
         try:
-            with open(self.out_path, errors="replace") as f:
+            with open(path, errors="replace") as f:
                 return f.read()
         except OSError:
             return ""
 
+    def out(self):
+        return self._read(self.out_path)
+
     def err(self):
-        try:
-            with open(self.err_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return self._read(self.err_path)
 
     def tail(self, n=3):
         lines = [l.strip() for l in (self.err() + "\n" + self.out()).splitlines() if l.strip()]
