@@ -348,6 +348,13 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 	return sent;
 }
 
+/* The int an IP_TTL / IPV6_HOPLIMIT / IPV6_TCLASS / UDP_GRO message carries. */
+static int cmsg_int(const struct cmsghdr *c)
+{
+	int v;
+	memcpy(&v, CMSG_DATA(c), sizeof(v));
+	return v;
+}
 static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 {
 	memset(pk->dgid, 0, 16);
@@ -367,21 +374,12 @@ static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
 			memcpy(pk->dgid, &pi.ipi6_addr, 16);
 		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
-			int tc;
-			memcpy(&tc, CMSG_DATA(c), sizeof(tc));
-			pk->tos = (uint8_t)tc;
-		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
-			int t;
-			memcpy(&t, CMSG_DATA(c), sizeof(t));
-			pk->ttl = (uint8_t)t;
-		} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
-			int t;
-			memcpy(&t, CMSG_DATA(c), sizeof(t));
-			pk->ttl = (uint8_t)t;
+			pk->tos = (uint8_t)cmsg_int(c);
+		} else if ((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) ||
+			   (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT)) {
+			pk->ttl = (uint8_t)cmsg_int(c);
 		} else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
-			int g;
-			memcpy(&g, CMSG_DATA(c), sizeof(g));
-			*gso = g;
+			*gso = cmsg_int(c);
 		}
 	}
 }
