@@ -191,7 +191,7 @@ struct uroce_qp {
 	uint64_t rto_deadline;      /* adaptive retransmission (completer.c), 0 = off */
 	uint64_t srtt_ns, rttvar_ns;/* smoothed round trip and its variation; 0 = no sample yet */
 	unsigned rto_backoff;       /* probes since the last progress */
-	uint64_t loss_ns;           /* last loss signal (requester_cwnd_loss), 0 = none */
+	uint64_t loss_ns;           /* last loss signal (requester_retry_from), 0 = none */
 	bool probe_out;             /* a probe of probe_psn awaits its ACK */
 	bool ackreq_valid;          /* ackreq_psn: the last packet sent with AckReq */
 	uint32_t ackreq_psn;
