@@ -228,6 +228,8 @@ static int cmd_info_preloaded(void)
 	printf("  UROCE_PCAP    %s\n", getenv("UROCE_PCAP") ? getenv("UROCE_PCAP") : "(off)");
 	printf("  UROCE_WINDOW  %s\n", getenv("UROCE_WINDOW") ? getenv("UROCE_WINDOW") : "128 (default)");
 	printf("  UROCE_SPIN_US %s\n", getenv("UROCE_SPIN_US") ? getenv("UROCE_SPIN_US") : "50 (default)");
+	printf("  UROCE_HANDOFF %s\n", getenv("UROCE_HANDOFF") ? getenv("UROCE_HANDOFF") : "grace (default)");
+	printf("  UROCE_ACK_DEFER_US %s\n", getenv("UROCE_ACK_DEFER_US") ? getenv("UROCE_ACK_DEFER_US") : "20 (default)");
 	printf("uroce processes on this host\n");
 	for_each_process(print_process, NULL, 0);
 	ibv_close_device(ctx);

@@ -23,6 +23,8 @@
 	X(op_naks_tx, "remote operational error NAKs sent") \
 	X(err_naks_rx, "invalid request/access/operational NAKs received") \
 	X(acks_tx, "ACKs sent") \
+	X(acks_ridden, "ACKs that waited for and left with a request of their QP") \
+	X(acks_deferred_late, "deferred ACKs sent alone when no request came in time") \
 	X(acks_rx, "ACKs received") \
 	X(duplicates, "duplicate requests answered") \
 	X(dup_responses, "duplicate or stale responses ignored") \

@@ -232,12 +232,13 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
 	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
 	cfg->rto_min_us = env_uint("UROCE_RTO_MIN_US", cfg->rto_min_us);
-	/* defer (with a real-time engine; engine.c) unless told "grace" */
+	/* grace unless told "defer" (docs/architecture.md, engine.c) */
 	e = getenv("UROCE_POLL_PROGRESS");
 	cfg->poll_progress = !e || *e != '0';
 	e = getenv("UROCE_HANDOFF");
-	cfg->handoff_defer = !(e && !strcmp(e, "grace"));
-	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 1000);
+	cfg->handoff_defer = e && !strcmp(e, "defer");
+	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 3000);
+	cfg->ack_defer_us = env_uint("UROCE_ACK_DEFER_US", 20);
 	return 0;
 }
 
@@ -261,6 +262,13 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
 	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
 	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
+	fprintf(f, "  hand-off      %s: a polling application keeps the engine off the sockets for %u us (UROCE_HANDOFF, UROCE_POLL_GRACE_US)\n",
+		cfg->handoff_defer ? "defer" : "grace", cfg->poll_grace_us);
+	if (cfg->ack_defer_us)
+		fprintf(f, "  ACK deferral  an owed ACK waits up to %u us for a request to ride with (UROCE_ACK_DEFER_US)\n",
+			cfg->ack_defer_us);
+	else
+		fprintf(f, "  ACK deferral  off (UROCE_ACK_DEFER_US=0)\n");
 	if (cfg->rto_min_us)
 		fprintf(f, "  early retry   after the measured round trip, at least %u us (UROCE_RTO_MIN_US)\n",
 			cfg->rto_min_us);

@@ -32,6 +32,8 @@ struct uroce_config {
 				  * off the sockets this long */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer (engine.c) */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
+	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
+				  * request of its QP to ride with (responder.c); 0 = never */
 };
 
 struct uroce_dev {
@@ -60,6 +62,9 @@ struct uroce_dev {
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
 	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
 	unsigned n_acks_owed;
+	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request (rx_lock) */
+	_Atomic uint64_t ack_flush_next; /* earliest deferred ACK deadline, ns */
+	_Atomic uint64_t engine_wake_ns; /* when the sleeping engine will wake at the latest */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
 };
 
@@ -94,6 +99,11 @@ int engine_start(struct uroce_dev *dev);
 void engine_stop(struct uroce_dev *dev);
 void engine_kick(struct uroce_dev *dev);
 void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline);
+/* Lower the deadline *next (timer_next, ack_flush_next) to `deadline`; with
+ * `kick`, wake the engine if it sleeps past it. */
+void dev_lower_deadline(struct uroce_dev *dev, _Atomic uint64_t *next, uint64_t deadline, bool kick);
+/* Wake the engine if it sleeps past `deadline` (not from the engine itself). */
+void dev_engine_wake_by(struct uroce_dev *dev, uint64_t deadline);
 int dev_progress(struct uroce_dev *dev, int budget);
 /* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
 void dev_poll_progress(struct uroce_dev *dev);

@@ -1,7 +1,9 @@
-/* The engine thread: receives packets, runs the transport for them, fires
- * QP timers.  It spins for UROCE_SPIN_US after the last packet and otherwise
- * sleeps in epoll (an idle process uses no CPU); posting threads kick it only
- * when they arm a timer earlier than the one it sleeps on. */
+/* The engine thread: receives the packets no polling application takes,
+ * runs the transport for them, fires QP timers and sends deferred ACKs
+ * (docs/architecture.md, "Execution model").  It sleeps in epoll (an idle
+ * process uses no CPU; an ordinary, not real-time, engine first spins for
+ * UROCE_SPIN_US after traffic); other threads kick it only when they need
+ * it earlier than it will wake. */
 #include "device.h"
 #include "../verbs/ops.h"
 #include <errno.h>
@@ -55,6 +57,8 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 		done += n;
 	}
 	uint64_t now = now_ns();
+	if (atomic_load(&dev->ack_flush_next) <= now)
+		transport_flush_deferred_acks(dev, now);
 	if (atomic_load(&dev->timer_next) <= now)
 		run_timers(dev, now);
 	return done;
@@ -89,84 +93,114 @@ void engine_kick(struct uroce_dev *dev)
 		LOG_ERR("uroce: engine kick: %s", strerror(errno));
 }
 
-void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
-{
-	struct uroce_dev *dev = qp->dev;
-	uint64_t cur = atomic_load(&dev->timer_next);
+static __thread bool on_engine_thread;
 
-	qp->timer_deadline = deadline;
-	if (!deadline)
-		return;
+void dev_engine_wake_by(struct uroce_dev *dev, uint64_t deadline)
+{
+	/* engine_sleep() announces sleeping, then reads the deadlines, then
+	 * publishes when it will wake */
+	if (!on_engine_thread && atomic_load(&dev->sleeping) && atomic_load(&dev->engine_wake_ns) > deadline) {
+		dev_count(dev, UC_engine_kicks, 1);
+		engine_kick(dev);
+	}
+}
+
+void dev_lower_deadline(struct uroce_dev *dev, _Atomic uint64_t *next, uint64_t deadline, bool kick)
+{
+	uint64_t cur = atomic_load(next);
+
 	while (deadline < cur) {
-		if (atomic_compare_exchange_weak(&dev->timer_next, &cur, deadline)) {
-			if (atomic_load(&dev->sleeping)) {
-				dev_count(dev, UC_engine_kicks, 1);
-				engine_kick(dev);
-			}
+		if (atomic_compare_exchange_weak(next, &cur, deadline)) {
+			if (kick)
+				dev_engine_wake_by(dev, deadline);
 			break;
 		}
 	}
+}
+
+void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
+{
+	qp->timer_deadline = deadline;
+	if (deadline)
+		dev_lower_deadline(qp->dev, &qp->dev->timer_next, deadline, true);
+}
+
+/* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
+ * a poller has taken them over), or `cap` ns from now (0: no cap).  Returns
+ * epoll's count; drains the kick. */
+static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines)
+{
+	struct epoll_event evs[8];
+	struct timespec ts, *tsp = NULL;
+
+	atomic_store(&dev->sleeping, true);
+	uint64_t now = now_ns();
+	uint64_t wake = UINT64_MAX;
+	if (deadlines) {
+		uint64_t t = atomic_load(&dev->timer_next), a = atomic_load(&dev->ack_flush_next);
+		wake = t < a ? t : a;
+	}
+	if (cap && now + cap < wake)
+		wake = now + cap;
+	atomic_store(&dev->engine_wake_ns, wake);
+	if (wake != UINT64_MAX) {
+		uint64_t d = wake > now ? wake - now : 0;
+		ts.tv_sec = (time_t)(d / 1000000000ull);
+		ts.tv_nsec = (long)(d % 1000000000ull);
+		tsp = &ts;
+	}
+	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
+	atomic_store(&dev->sleeping, false);
+	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
+	for (int i = 0; i < n; i++)
+		if (evs[i].data.u32 == 0) {
+			uint64_t v;
+			if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				LOG_DBG("uroce: kick read failed");
+		}
+	return n;
 }
 
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
 	uint64_t last_traffic = 0;
-	struct epoll_event evs[8];
 
+	on_engine_thread = true;
 	while (!atomic_load(&dev->stop)) {
+		uint64_t now = now_ns();
+		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
+		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
+		bool defer = dev->cfg.handoff_defer && dev->engine_rt;
+		if (!defer && now - app < grace) {
+			/* grace: an application is polling and receives; the engine
+			 * only runs what is due, if no poller is at it, and wakes to
+			 * notice when polling stops */
+			bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
+			if (due && !pthread_mutex_trylock(&dev->rx_lock)) {
+				progress_locked(dev, 0);
+				pthread_mutex_unlock(&dev->rx_lock);
+				due = false;
+			}
+			/* what a poller holding rx_lock left due, its next poll runs
+			 * (progress_locked ends with the due work), or this engine
+			 * one grace later */
+			engine_sleep(dev, dev->epfd_timers, grace, !due);
+			continue;
+		}
 		if (dev_progress(dev, 256) > 0) {
 			last_traffic = now_ns();
 			continue;
 		}
-		uint64_t now = now_ns();
-		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
-		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
-		if (dev->cfg.handoff_defer && dev->engine_rt) {
+		if (defer) {
 			/* defer mode: sleep on the sockets; when packets come while
 			 * an application is polling this very moment, give it the
 			 * first chance and take only what it leaves behind */
-			uint64_t next = atomic_load(&dev->timer_next);
-			struct timespec ts, *tsp = NULL;
-			if (next != UINT64_MAX) {
-				uint64_t d = next > now ? next - now : 0;
-				ts.tv_sec = (time_t)(d / 1000000000ull);
-				ts.tv_nsec = (long)(d % 1000000000ull);
-				tsp = &ts;
-			}
-			atomic_store(&dev->sleeping, true);
-			int n = epoll_pwait2(dev->epfd, evs, 8, tsp, NULL);
-			for (int i = 0; i < n; i++)
-				if (evs[i].data.u32 == 0) {
-					uint64_t v;
-					if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-						LOG_DBG("uroce: kick read failed");
-				}
+			int n = engine_sleep(dev, dev->epfd, 0, true);
 			now = now_ns();
 			app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
-			if (n > 0 && (int64_t)(now - app) < (int64_t)grace) {
-				struct timespec dts = { 0, (long)grace };
-				epoll_pwait2(dev->epfd_timers, evs, 8, &dts, NULL);
-			}
-			atomic_store(&dev->sleeping, false);
-			continue;
-		}
-		if (now - app < grace) {
-			/* an application is polling: it receives; wake for timers and
-			 * to notice when it stops */
-			uint64_t next = atomic_load(&dev->timer_next);
-			uint64_t d = grace;
-			if (next != UINT64_MAX)
-				d = next > now ? (next - now < d ? next - now : d) : 0;
-			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)d };
-			atomic_store(&dev->sleeping, true);
-			int n = epoll_pwait2(dev->epfd_timers, evs, 8, &ts, NULL);
-			atomic_store(&dev->sleeping, false);
-			if (n > 0) {
-				uint64_t v;
-				if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					LOG_DBG("uroce: kick read failed");
-			}
+			if (n > 0 && (int64_t)(now - app) < (int64_t)grace)
+				engine_sleep(dev, dev->epfd_timers, grace, true);
 			continue;
 		}
 		if (!dev->engine_rt && now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
@@ -180,25 +214,7 @@ static void *engine_main(void *arg)
 			last_traffic = now_ns();
 			continue;
 		}
-		uint64_t next = atomic_load(&dev->timer_next);
-		struct timespec ts, *tsp = NULL;
-		now = now_ns();
-		if (next != UINT64_MAX) {
-			uint64_t d = next > now ? next - now : 0;
-			ts.tv_sec = (time_t)(d / 1000000000ull);
-			ts.tv_nsec = (long)(d % 1000000000ull);
-			tsp = &ts;
-		}
-		int n = epoll_pwait2(dev->epfd, evs, 8, tsp, NULL);
-		atomic_store(&dev->sleeping, false);
-		for (int i = 0; i < n; i++) {
-			if (evs[i].data.u32 == 0) {
-				uint64_t v;
-				if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					break;
-			}
-		}
-		if (n > 0)
+		if (engine_sleep(dev, dev->epfd, 0, true) > 0)
 			last_traffic = now_ns();
 	}
 	return NULL;
@@ -210,6 +226,8 @@ int engine_start(struct uroce_dev *dev)
 	int rc;
 
 	atomic_store(&dev->timer_next, UINT64_MAX);
+	atomic_store(&dev->ack_flush_next, UINT64_MAX);
+	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
 	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
 	if (!dev->rx_pkts || !dev->acks_owed)

@@ -213,6 +213,12 @@ struct uroce_qp {
 	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
 	bool ack_owed;              /* a coalesced ACK of ack_owed_psn is due (responder.c) */
 	uint32_t ack_owed_psn;
+	uint64_t ack_defer_ns;      /* the owed ACK waits for a request to ride with since, 0 = not */
+	uint8_t ack_ride_hits;      /* deferred ACKs that found a request to ride with, recently:
+				     * +1 per ride, -1 per miss, between 0 and ACK_RIDE_HITS_MAX */
+	uint8_t ack_defer_probe;    /* counts ACKs sent at once, to try deferring now and then */
+	bool ack_deferred_listed;   /* on dev->acks_deferred (rx_lock) */
+	struct uroce_qp *next_deferred;
 	/* the message being received */
 	bool in_send, in_write;
 	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */
@@ -232,6 +238,9 @@ struct uroce_qp {
 	uint32_t events_reported;
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
 };
+
+#define ACK_RIDE_HITS_MAX 8
+#define ACK_RIDE_HITS_START 4   /* a new or reset QP defers (responder.c) */
 
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
 static inline void qp_timers_off(struct uroce_qp *qp)

@@ -240,6 +240,7 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	}
 	qp->dev = dev;
 	qp->type = a->qp_type;
+	qp->ack_ride_hits = ACK_RIDE_HITS_START;
 	qp->sq_sig_all = a->sq_sig_all;
 	qp->cap = a->cap;
 	if (qp->cap.max_send_sge == 0)
@@ -360,6 +361,14 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 			*pp = qp->next_in_dev;
 			break;
 		}
+	for (struct uroce_qp **pp = &dev->acks_deferred; *pp; pp = &(*pp)->next_deferred)
+		if (*pp == qp) {
+			*pp = qp->next_deferred;
+			break;
+		}
+	pthread_mutex_lock(&qp->lock);
+	responder_ack_now(qp);  /* a deferred ACK (responder.c) is not lost with the QP */
+	pthread_mutex_unlock(&qp->lock);
 	dev->nqp--;
 	qp->send_cq->refcnt--;
 	qp->recv_cq->refcnt--;
@@ -476,6 +485,8 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->msn = 0;
 	qp->nak_sent = false;
 	qp->ack_owed = false;
+	qp->ack_defer_ns = 0;
+	qp->ack_ride_hits = ACK_RIDE_HITS_START;
 	qp->in_send = qp->in_write = false;
 	qp->cur_recv_valid = false;
 	if (qp->res)

@@ -375,6 +375,8 @@ void requester_run(struct uroce_qp *qp)
 		}
 	}
 out:
+	if (b.n)
+		responder_ack_ride(qp, &b);
 	txb_flush(&b);
 	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)
 		qp_retire_sends(qp);

@@ -65,22 +65,128 @@ static void flush_owed_ack(struct uroce_qp *qp)
 {
 	if (qp->ack_owed) {
 		qp->ack_owed = false;
+		qp->ack_defer_ns = 0;
 		send_ack(qp, qp->ack_owed_psn);
 	}
 }
 
+static bool ack_may_be_sent(const struct uroce_qp *qp)
+{
+	return qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
+	       qp->attr.qp_state == IBV_QPS_SQD || qp->attr.qp_state == IBV_QPS_SQE;
+}
+
+/* ACK deferral: in a request-response exchange the application answers a
+ * message it just received with a request of its own, within a microsecond
+ * or two.  An owed ACK that waits for that request leaves in the same
+ * sendmmsg, after it (requester_run -> responder_ack_ride), so the peer,
+ * polling for the ACK, has the request in its socket before the ACK: one
+ * syscall instead of two, and a one-sided request is placed by the peer's
+ * poll instead of waking its engine.  A QP defers while deferring works
+ * (ack_ride_hits), and tries again every 16th ACK after a miss; the wait is
+ * bounded by UROCE_ACK_DEFER_US (§6.6 allows an ACK any time before the
+ * requester's timer; the coalescing of §6.5 covers the PSNs in between). */
+static bool ack_defer(struct uroce_qp *qp)
+{
+	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC)
+		return false;
+	return qp->ack_ride_hits || (++qp->ack_defer_probe & 15) == 0;
+}
+
 void transport_rx_batch_end(struct uroce_dev *dev)
 {
+	uint64_t now = 0;
+
 	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
 		struct uroce_qp *qp = dev->acks_owed[i];
 		pthread_mutex_lock(&qp->lock);
-		if (qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
-		    qp->attr.qp_state == IBV_QPS_SQD || qp->attr.qp_state == IBV_QPS_SQE)
+		if (!qp->ack_owed || !ack_may_be_sent(qp)) {
+			qp->ack_owed = false;
+		} else if (!qp->ack_defer_ns && ack_defer(qp)) {
+			if (!now)
+				now = now_ns();
+			qp->ack_defer_ns = now;
+			if (!qp->ack_deferred_listed) {
+				qp->ack_deferred_listed = true;
+				qp->next_deferred = dev->acks_deferred;
+				dev->acks_deferred = qp;
+			}
+			/* the engine looks at least once per poll grace while
+			 * applications poll; kick it only if it sleeps longer */
+			uint64_t wait = dev->cfg.ack_defer_us * 1000ull, grace = dev->cfg.poll_grace_us * 1000ull;
+			dev_lower_deadline(dev, &dev->ack_flush_next, now + wait, false);
+			dev_engine_wake_by(dev, now + (wait > grace ? wait : grace));
+		} else if (!qp->ack_defer_ns) {
 			flush_owed_ack(qp);
-		qp->ack_owed = false;
+		}
 		pthread_mutex_unlock(&qp->lock);
 	}
 	dev->n_acks_owed = 0;
+}
+
+/* Deferred ACKs whose wait is over go out (a miss: the QP stops deferring);
+ * those that rode with a request leave the list.  Under rx_lock. */
+void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now)
+{
+	uint64_t wait = dev->cfg.ack_defer_us * 1000ull, next = UINT64_MAX;
+
+	atomic_store(&dev->ack_flush_next, UINT64_MAX);
+	for (struct uroce_qp **pp = &dev->acks_deferred; *pp;) {
+		struct uroce_qp *qp = *pp;
+		pthread_mutex_lock(&qp->lock);
+		bool keep = false;
+		if (qp->ack_owed && qp->ack_defer_ns && now - qp->ack_defer_ns < wait) {
+			keep = true;
+			if (qp->ack_defer_ns + wait < next)
+				next = qp->ack_defer_ns + wait;
+		} else if (qp->ack_owed && qp->ack_defer_ns) {
+			dev_count(dev, UC_acks_deferred_late, 1);
+			if (qp->ack_ride_hits)
+				qp->ack_ride_hits--;
+			if (ack_may_be_sent(qp))
+				flush_owed_ack(qp);
+			qp->ack_owed = false;
+			qp->ack_defer_ns = 0;
+		}
+		if (!keep) {
+			qp->ack_deferred_listed = false;
+			*pp = qp->next_deferred;
+		} else {
+			pp = &qp->next_deferred;
+		}
+		pthread_mutex_unlock(&qp->lock);
+	}
+	if (next != UINT64_MAX)
+		dev_lower_deadline(dev, &dev->ack_flush_next, next, false);
+}
+
+/* An ACK still owed goes out now (the QP is being destroyed: the peer's
+ * requester must not be left to retry into a QP that is gone). */
+void responder_ack_now(struct uroce_qp *qp)
+{
+	if (qp->ack_owed && ack_may_be_sent(qp))
+		flush_owed_ack(qp);
+	qp->ack_owed = false;
+}
+
+/* Called by the requester with a batch of requests about to leave: the
+ * owed ACK rides last (see ack_defer).  Under qp->lock. */
+void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b)
+{
+	if (!qp->ack_owed || !ack_may_be_sent(qp))
+		return;
+	if (qp->ack_defer_ns) {
+		dev_count(qp->dev, UC_acks_ridden, 1);
+		if (qp->ack_ride_hits < ACK_RIDE_HITS_MAX)
+			qp->ack_ride_hits++;
+	}
+	qp->ack_owed = false;
+	qp->ack_defer_ns = 0;
+	dev_count(qp->dev, UC_acks_tx, 1);
+	uint8_t *h = txb_hdr(b);
+	bth_set(h, OP_RC_ACK, 0, 0, qp->attr.dest_qp_num, 0, qp->ack_owed_psn);
+	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->msn);
+	txb_add(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
 }
 
 /* NAK codes 1-3 put the responder's QP in the error state too (§5.3). */

@@ -15,6 +15,8 @@
 void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
 /* After a receive batch: send the ACKs the responder coalesced (responder.c). */
 void transport_rx_batch_end(struct uroce_dev *dev);
+/* Send the deferred ACKs whose wait is over (responder.c); under rx_lock. */
+void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now);
 
 /* A parsed, validated packet. */
 struct uroce_pkt {
@@ -56,6 +58,11 @@ void completer_timer(struct uroce_qp *qp, uint64_t now);
 
 /* responder.c */
 void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
+struct tx_batch;
+/* A deferred ACK leaves with the requests in `b` (responder.c). */
+void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b);
+/* The owed ACK, if any, goes out now (responder.c). */
+void responder_ack_now(struct uroce_qp *qp);
 /* UD receive (§6.7, §9): Q_Key check, no PSN order, 40-byte GRH area. */
 void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
 
