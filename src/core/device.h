@@ -52,7 +52,8 @@ struct uroce_dev {
 	/* engine (core/engine.c) */
 	pthread_t engine;
 	bool engine_running;
-	bool engine_rt;                /* SCHED_FIFO: wakes fast, never spins */
+	bool engine_rt;                /* SCHED_FIFO: wakes fast; spins as SCHED_IDLE */
+	bool engine_spinning;          /* the engine thread is SCHED_IDLE now (engine thread only) */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */

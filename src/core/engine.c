@@ -125,6 +125,22 @@ void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
 		dev_lower_deadline(qp->dev, &qp->dev->timer_next, deadline, true);
 }
 
+/* A real-time engine spins as SCHED_IDLE: it runs on a CPU nothing else
+ * wants, and any application thread that becomes runnable there preempts
+ * it; it sleeps as SCHED_FIFO again, so that a packet wakes it at once. */
+static void engine_set_spinning(struct uroce_dev *dev, bool spinning)
+{
+	if (!dev->engine_rt || dev->engine_spinning == spinning)
+		return;
+	struct sched_param sp = { .sched_priority = spinning ? 0 : 1 };
+	if (pthread_setschedparam(pthread_self(), spinning ? SCHED_IDLE : SCHED_FIFO, &sp)) {
+		/* cannot go back: stay an ordinary thread that spins */
+		dev->engine_rt = false;
+		return;
+	}
+	dev->engine_spinning = spinning;
+}
+
 /* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
  * a poller has taken them over), or `cap` ns from now (0: no cap).  Returns
  * epoll's count; drains the kick. */
@@ -133,6 +149,7 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	struct epoll_event evs[8];
 	struct timespec ts, *tsp = NULL;
 
+	engine_set_spinning(dev, false);
 	atomic_store(&dev->sleeping, true);
 	uint64_t now = now_ns();
 	uint64_t wake = UINT64_MAX;
@@ -161,6 +178,22 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	return n;
 }
 
+/* Is a socket readable or the engine kicked?  (A look without rx_lock, for
+ * the idle-class spin; drains the kick.) */
+static bool engine_ready(struct uroce_dev *dev)
+{
+	struct epoll_event evs[8];
+	int n = epoll_wait(dev->epfd, evs, 8, 0);
+
+	for (int i = 0; i < n; i++)
+		if (evs[i].data.u32 == 0) {
+			uint64_t v;
+			if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				LOG_DBG("uroce: kick read failed");
+		}
+	return n > 0;
+}
+
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
@@ -172,11 +205,12 @@ static void *engine_main(void *arg)
 		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
 		bool defer = dev->cfg.handoff_defer && dev->engine_rt;
+		bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
 		if (!defer && now - app < grace) {
 			/* grace: an application is polling and receives; the engine
 			 * only runs what is due, if no poller is at it, and wakes to
 			 * notice when polling stops */
-			bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
+			engine_set_spinning(dev, false);
 			if (due && !pthread_mutex_trylock(&dev->rx_lock)) {
 				progress_locked(dev, 0);
 				pthread_mutex_unlock(&dev->rx_lock);
@@ -188,9 +222,21 @@ static void *engine_main(void *arg)
 			engine_sleep(dev, dev->epfd_timers, grace, !due);
 			continue;
 		}
-		if (dev_progress(dev, 256) > 0) {
-			last_traffic = now_ns();
-			continue;
+		bool spin = now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000;
+		if (dev->engine_spinning && !due && !engine_ready(dev)) {
+			/* an idle-class thread must never hold rx_lock: preempted
+			 * there, it would keep pollers out for as long as the CPUs
+			 * stay busy; so it only looks, without the lock */
+			if (spin) {
+				sched_yield();
+				continue;
+			}
+		} else {
+			engine_set_spinning(dev, false);
+			if (dev_progress(dev, 256) > 0) {
+				last_traffic = now_ns();
+				continue;
+			}
 		}
 		if (defer) {
 			/* defer mode: sleep on the sockets; when packets come while
@@ -203,10 +249,12 @@ static void *engine_main(void *arg)
 				engine_sleep(dev, dev->epfd_timers, grace, true);
 			continue;
 		}
-		if (!dev->engine_rt && now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
+		if (spin) {
+			engine_set_spinning(dev, true);
 			sched_yield();
 			continue;
 		}
+		engine_set_spinning(dev, false);
 		atomic_store(&dev->sleeping, true);
 		/* re-check after announcing sleep: a kick may have been skipped */
 		if (dev_progress(dev, 256) > 0) {
@@ -244,25 +292,35 @@ int engine_start(struct uroce_dev *dev)
 	rc = dev->net->ops->add_fds(dev->net, dev->epfd);
 	if (rc < 0)
 		return rc;
-	rc = pthread_create(&dev->engine, NULL, engine_main, dev);
-	if (rc)
-		return -rc;
-	pthread_setname_np(dev->engine, "uroce-engine");
-	dev->engine_running = true;
 	/* One-sided operations are executed by the engine while the target
 	 * application spins on memory.  On two cores with spinning applications
 	 * a sleeping CFS thread wakes late -- under load, by tens of ms -- so the
 	 * engine asks for the lowest real-time priority when it may (root,
 	 * CAP_SYS_NICE or RLIMIT_RTPRIO): it then wakes within microseconds.  It
-	 * never busy-waits in that mode, and rx_lock inherits priority, so an
-	 * application thread holding it is never left behind.
-	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread. */
+	 * spins only as SCHED_IDLE (engine_set_spinning), and rx_lock inherits
+	 * priority, so an application thread holding it is never left behind.
+	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread.  The policy is set
+	 * before the thread starts, so engine_rt never changes under it. */
 	const char *rt = getenv("UROCE_ENGINE_RT");
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
 	if (!rt || *rt != '0') {
 		struct sched_param sp = { .sched_priority = 1 };
-		if (pthread_setschedparam(dev->engine, SCHED_FIFO, &sp) == 0)
-			dev->engine_rt = true;
+		pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+		pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+		pthread_attr_setschedparam(&attr, &sp);
+		dev->engine_rt = true;
 	}
+	rc = pthread_create(&dev->engine, &attr, engine_main, dev);
+	pthread_attr_destroy(&attr);
+	if (rc == EPERM && dev->engine_rt) {
+		dev->engine_rt = false;  /* not permitted: an ordinary thread */
+		rc = pthread_create(&dev->engine, NULL, engine_main, dev);
+	}
+	if (rc)
+		return -rc;
+	pthread_setname_np(dev->engine, "uroce-engine");
+	dev->engine_running = true;
 	return 0;
 }
 
