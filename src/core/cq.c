@@ -359,6 +359,7 @@ int uroce_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		cq->tail++;
 	}
 	pthread_spin_unlock(&cq->lock);
+	dev_poll_found(cq->dev);
 	return n;
 }
 

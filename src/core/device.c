@@ -280,7 +280,6 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 }
 
 static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct uroce_dev *the_dev;
 
 /* The counter page of a process killed before it closed its device stays in
  * /dev/shm (timeouts in test harnesses leave hundreds); the next device to
@@ -388,6 +387,16 @@ static void print_stats_at_exit(struct uroce_dev *dev)
 		if (dev->shm->counters[i])
 			fprintf(stderr, "uroce:   %-20s %12llu  %s\n", uroce_counter_names[i],
 				(unsigned long long)dev->shm->counters[i], uroce_counter_help[i]);
+}
+
+/* A program that exits without closing its device (perftest's atomic_lat
+ * server does) still prints its UROCE_STATS counters. */
+static struct uroce_dev *the_dev;
+
+__attribute__((destructor)) static void stats_at_process_exit(void)
+{
+	if (the_dev)
+		print_stats_at_exit(the_dev);
 }
 
 static void dev_free(struct uroce_dev *dev)

@@ -52,11 +52,14 @@ struct uroce_dev {
 	/* engine (core/engine.c) */
 	pthread_t engine;
 	bool engine_running;
-	bool engine_rt;                /* SCHED_FIFO: wakes fast; spins as SCHED_IDLE */
-	bool engine_spinning;          /* the engine thread is SCHED_IDLE now (engine thread only) */
+	bool engine_rt;                /* SCHED_FIFO: wakes fast */
+	int ncpus;                     /* CPUs this process may run on */
+	int loadavg_fd;                /* /proc/loadavg: may the engine spin? (engine.c) */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
+	atomic_bool rx_write_open;      /* the last WRITE packet received was not a LAST (responder.c) */
+	_Atomic uint64_t handback_ns;   /* last dev_poll_found() hand-back */
 	atomic_bool stop;
 	atomic_bool sleeping;
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
@@ -108,6 +111,8 @@ void dev_engine_wake_by(struct uroce_dev *dev, uint64_t deadline);
 int dev_progress(struct uroce_dev *dev, int budget);
 /* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
 void dev_poll_progress(struct uroce_dev *dev);
+/* ibv_poll_cq returns completions: the application may stop polling now. */
+void dev_poll_found(struct uroce_dev *dev);
 
 /* log */
 void uroce_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

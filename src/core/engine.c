@@ -7,6 +7,8 @@
 #include "device.h"
 #include "../verbs/ops.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +52,7 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 		int n = net_recv(dev->net, pkts, UROCE_RX_BATCH);
 		if (n <= 0)
 			break;
-		for (int i = 0; i < n; i++)
-			transport_rx(dev, &pkts[i]);
-		transport_rx_batch_end(dev);
+		transport_rx_batch(dev, pkts, n);
 		net_recv_done(dev->net, pkts, n);
 		done += n;
 	}
@@ -84,6 +84,24 @@ void dev_poll_progress(struct uroce_dev *dev)
 		return;
 	progress_locked(dev, UROCE_RX_BATCH);
 	pthread_mutex_unlock(&dev->rx_lock);
+}
+
+/* The application got its completion and may now spin on memory, while an
+ * RDMA WRITE it waits for is only partly here (its first window rode in
+ * with the ACK; the rest follows as the ACKs reach the requester).  With
+ * the engine off the sockets for the poll grace, the rest would wait that
+ * long: hand the sockets back to the engine now.  At most once per 100 us,
+ * so that applications that keep polling during bidirectional WRITE
+ * streams do not kick it per completion. */
+void dev_poll_found(struct uroce_dev *dev)
+{
+	if (!atomic_load_explicit(&dev->rx_write_open, memory_order_relaxed) || dev->cfg.handoff_defer)
+		return;
+	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->handback_ns, memory_order_relaxed);
+	if (now - last < 100000 || !atomic_compare_exchange_strong(&dev->handback_ns, &last, now))
+		return;
+	atomic_store_explicit(&dev->app_poll_ns, 0, memory_order_relaxed);
+	dev_engine_wake_by(dev, now);
 }
 
 void engine_kick(struct uroce_dev *dev)
@@ -125,20 +143,27 @@ void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline)
 		dev_lower_deadline(qp->dev, &qp->dev->timer_next, deadline, true);
 }
 
-/* A real-time engine spins as SCHED_IDLE: it runs on a CPU nothing else
- * wants, and any application thread that becomes runnable there preempts
- * it; it sleeps as SCHED_FIFO again, so that a packet wakes it at once. */
-static void engine_set_spinning(struct uroce_dev *dev, bool spinning)
+/* May the engine spin without taking a CPU from anyone?  Only while no more
+ * threads are runnable than there are CPUs (the "running" field of
+ * /proc/loadavg counts this one too).  Spinning when they are oversubscribed
+ * stalls someone: a real-time spinner pushes a polling application off its
+ * CPU, and an idle-class one starves (seen: ib_write_lat 1 MiB, both
+ * applications spinning, ACK timeouts until RETRY_EXC).  0.4 us a look. */
+static bool cpu_to_spare(struct uroce_dev *dev)
 {
-	if (!dev->engine_rt || dev->engine_spinning == spinning)
-		return;
-	struct sched_param sp = { .sched_priority = spinning ? 0 : 1 };
-	if (pthread_setschedparam(pthread_self(), spinning ? SCHED_IDLE : SCHED_FIFO, &sp)) {
-		/* cannot go back: stay an ordinary thread that spins */
-		dev->engine_rt = false;
-		return;
-	}
-	dev->engine_spinning = spinning;
+	char buf[128];
+
+	if (dev->loadavg_fd < 0)
+		return false;
+	ssize_t n = pread(dev->loadavg_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	double l1, l5, l15;
+	int running;
+	if (sscanf(buf, "%lf %lf %lf %d/", &l1, &l5, &l15, &running) != 4)
+		return false;
+	return running <= dev->ncpus;
 }
 
 /* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
@@ -149,7 +174,6 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	struct epoll_event evs[8];
 	struct timespec ts, *tsp = NULL;
 
-	engine_set_spinning(dev, false);
 	atomic_store(&dev->sleeping, true);
 	uint64_t now = now_ns();
 	uint64_t wake = UINT64_MAX;
@@ -178,22 +202,6 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	return n;
 }
 
-/* Is a socket readable or the engine kicked?  (A look without rx_lock, for
- * the idle-class spin; drains the kick.) */
-static bool engine_ready(struct uroce_dev *dev)
-{
-	struct epoll_event evs[8];
-	int n = epoll_wait(dev->epfd, evs, 8, 0);
-
-	for (int i = 0; i < n; i++)
-		if (evs[i].data.u32 == 0) {
-			uint64_t v;
-			if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				LOG_DBG("uroce: kick read failed");
-		}
-	return n > 0;
-}
-
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
@@ -205,12 +213,11 @@ static void *engine_main(void *arg)
 		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
 		bool defer = dev->cfg.handoff_defer && dev->engine_rt;
-		bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
 		if (!defer && now - app < grace) {
 			/* grace: an application is polling and receives; the engine
 			 * only runs what is due, if no poller is at it, and wakes to
 			 * notice when polling stops */
-			engine_set_spinning(dev, false);
+			bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
 			if (due && !pthread_mutex_trylock(&dev->rx_lock)) {
 				progress_locked(dev, 0);
 				pthread_mutex_unlock(&dev->rx_lock);
@@ -222,21 +229,9 @@ static void *engine_main(void *arg)
 			engine_sleep(dev, dev->epfd_timers, grace, !due);
 			continue;
 		}
-		bool spin = now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000;
-		if (dev->engine_spinning && !due && !engine_ready(dev)) {
-			/* an idle-class thread must never hold rx_lock: preempted
-			 * there, it would keep pollers out for as long as the CPUs
-			 * stay busy; so it only looks, without the lock */
-			if (spin) {
-				sched_yield();
-				continue;
-			}
-		} else {
-			engine_set_spinning(dev, false);
-			if (dev_progress(dev, 256) > 0) {
-				last_traffic = now_ns();
-				continue;
-			}
+		if (dev_progress(dev, 256) > 0) {
+			last_traffic = now_ns();
+			continue;
 		}
 		if (defer) {
 			/* defer mode: sleep on the sockets; when packets come while
@@ -249,12 +244,12 @@ static void *engine_main(void *arg)
 				engine_sleep(dev, dev->epfd_timers, grace, true);
 			continue;
 		}
-		if (spin) {
-			engine_set_spinning(dev, true);
+		/* traffic flows and no application polls: spin a while, if no
+		 * one else wants the CPU, so that the next packet needs no wake-up */
+		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000 && cpu_to_spare(dev)) {
 			sched_yield();
 			continue;
 		}
-		engine_set_spinning(dev, false);
 		atomic_store(&dev->sleeping, true);
 		/* re-check after announcing sleep: a kick may have been skipped */
 		if (dev_progress(dev, 256) > 0) {
@@ -275,6 +270,9 @@ int engine_start(struct uroce_dev *dev)
 
 	atomic_store(&dev->timer_next, UINT64_MAX);
 	atomic_store(&dev->ack_flush_next, UINT64_MAX);
+	cpu_set_t cpus;
+	dev->ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+	dev->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
 	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
@@ -297,7 +295,7 @@ int engine_start(struct uroce_dev *dev)
 	 * a sleeping CFS thread wakes late -- under load, by tens of ms -- so the
 	 * engine asks for the lowest real-time priority when it may (root,
 	 * CAP_SYS_NICE or RLIMIT_RTPRIO): it then wakes within microseconds.  It
-	 * spins only as SCHED_IDLE (engine_set_spinning), and rx_lock inherits
+	 * spins only while a CPU is to spare (cpu_to_spare), and rx_lock inherits
 	 * priority, so an application thread holding it is never left behind.
 	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread.  The policy is set
 	 * before the thread starts, so engine_rt never changes under it. */
@@ -333,6 +331,8 @@ void engine_stop(struct uroce_dev *dev)
 	close(dev->epfd);
 	close(dev->epfd_timers);
 	close(dev->kick_fd);
+	if (dev->loadavg_fd >= 0)
+		close(dev->loadavg_fd);
 	free(dev->rx_pkts);
 	dev->rx_pkts = NULL;
 	free(dev->acks_owed);

@@ -213,10 +213,13 @@ struct uroce_qp {
 	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
 	bool ack_owed;              /* a coalesced ACK of ack_owed_psn is due (responder.c) */
 	uint32_t ack_owed_psn;
+	bool ack_owed_msg_end;      /* ack_owed_psn is the last packet of a message */
 	uint64_t ack_defer_ns;      /* the owed ACK waits for a request to ride with since, 0 = not */
 	uint8_t ack_ride_hits;      /* deferred ACKs that found a request to ride with, recently:
 				     * +1 per ride, -1 per miss, between 0 and ACK_RIDE_HITS_MAX */
 	uint8_t ack_defer_probe;    /* counts ACKs sent at once, to try deferring now and then */
+	unsigned ack_wait_us;       /* how long an ACK waits here, 0 = UROCE_ACK_DEFER_US */
+	uint64_t ack_late_ns;       /* a deferred ACK went alone then, 0 = not since (responder.c) */
 	bool ack_deferred_listed;   /* on dev->acks_deferred (rx_lock) */
 	struct uroce_qp *next_deferred;
 	/* the message being received */
@@ -241,6 +244,7 @@ struct uroce_qp {
 
 #define ACK_RIDE_HITS_MAX 8
 #define ACK_RIDE_HITS_START 4   /* a new or reset QP defers (responder.c) */
+#define ACK_ANSWER_NS 1000000ull /* a request this soon after a late ACK answers it */
 
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
 static inline void qp_timers_off(struct uroce_qp *qp)

@@ -486,6 +486,8 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->nak_sent = false;
 	qp->ack_owed = false;
 	qp->ack_defer_ns = 0;
+	qp->ack_late_ns = 0;
+	qp->ack_wait_us = 0;
 	qp->ack_ride_hits = ACK_RIDE_HITS_START;
 	qp->in_send = qp->in_write = false;
 	qp->cur_recv_valid = false;

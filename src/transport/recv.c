@@ -115,3 +115,26 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		dev_count(dev, UC_drop_qp_state, 1);
 	pthread_mutex_unlock(&qp->lock);
 }
+
+/* A receive batch: responses first, then requests.  Both PSN spaces are
+ * independent, so the order between them is free; this one keeps what a
+ * hardware responder shows.  There the ACK of a message leaves at once and
+ * reaches the requester before the application's answer to the message; an
+ * ACK that rode with that answer (responder.c, ack_defer) arrives behind
+ * it, and processed in arrival order it would complete the send after the
+ * answer's receive -- perftest's ib_send_lat -e, which waits for one event
+ * on a channel shared by both CQs, then overruns its send CQ. */
+void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
+{
+	bool req[UROCE_RX_BATCH];
+
+	for (int i = 0; i < n; i++) {
+		req[i] = pkts[i].len < BTH_LEN || !(opinfo(pkts[i].buf[0])->mask & OPF_RESP);
+		if (!req[i])
+			transport_rx(dev, &pkts[i]);
+	}
+	for (int i = 0; i < n; i++)
+		if (req[i])
+			transport_rx(dev, &pkts[i]);
+	transport_rx_batch_end(dev);
+}

@@ -325,6 +325,8 @@ void requester_run(struct uroce_qp *qp)
 
 	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->rnr_wait)
 		return;
+	if (qp->ack_late_ns && qp->sq_send != qp->sq_head)
+		responder_request_follows(qp);
 	txb_init(&b, qp);
 	while (qp->sq_send != qp->sq_head) {
 		struct uroce_send_wqe *w = &qp->sq[qp->sq_send % qp->sq_size];
@@ -366,6 +368,17 @@ void requester_run(struct uroce_qp *qp)
 		while (w->next_pkt < w->npkts) {
 			if (!send_next_packet(qp, w, &b, false))
 				goto out;
+			/* an owed ACK rides behind the request (responder.c,
+			 * ack_defer), so the peer has the request before the ACK it
+			 * polls for; behind its first packet when the window cuts
+			 * the message, as a window takes longer to build than the
+			 * ACK may wait (the peer's poll sees a WRITE under way and
+			 * hands the rest to its engine: dev_poll_found) */
+			if (qp->ack_owed && b.n && qp->type == IBV_QPT_RC &&
+			    psn_cmp(psn_add(w->first_psn, w->npkts), psn_add(qp->una_psn, qp_window(qp))) > 0) {
+				responder_ack_ride(qp, &b);
+				txb_flush(&b);  /* now, not after a batch more of packets */
+			}
 		}
 		w->state = WQE_SENT;
 		qp->sq_send++;
@@ -375,7 +388,7 @@ void requester_run(struct uroce_qp *qp)
 		}
 	}
 out:
-	if (b.n)
+	if (qp->ack_owed && b.n)
 		responder_ack_ride(qp, &b);
 	txb_flush(&b);
 	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)

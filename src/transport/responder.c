@@ -43,22 +43,28 @@ static void send_ack(struct uroce_qp *qp, uint32_t psn)
  * many packets asked -- a stream of small WRITEs no longer costs one ACK
  * datagram each.  Any other response of the QP sends it first, so the wire
  * stays in PSN order.  All under rx_lock (transport_rx's caller). */
-static void ack_owe(struct uroce_qp *qp, uint32_t psn)
+static void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
 {
 	struct uroce_dev *dev = qp->dev;
 
 	if (qp->ack_owed) {
-		if (psn_cmp(psn, qp->ack_owed_psn) > 0)
+		if (psn_cmp(psn, qp->ack_owed_psn) > 0) {
 			qp->ack_owed_psn = psn;
-		return;
+			qp->ack_owed_msg_end = msg_end;
+		}
+		if (!qp->ack_defer_ns || msg_end)
+			return;  /* on this batch's list, or a deferral still bounded by its deadline */
+		qp->ack_defer_ns = 0;  /* a mid-message AckReq: no answer can come first (ack_defer) */
+	} else {
+		qp->ack_owed = true;
+		qp->ack_owed_psn = psn;
+		qp->ack_owed_msg_end = msg_end;
 	}
 	if (dev->n_acks_owed == UROCE_RX_BATCH) {
-		send_ack(qp, psn);
+		flush_owed_ack(qp);
 		return;
 	}
 	dev->acks_owed[dev->n_acks_owed++] = qp;
-	qp->ack_owed = true;
-	qp->ack_owed_psn = psn;
 }
 
 static void flush_owed_ack(struct uroce_qp *qp)
@@ -79,18 +85,52 @@ static bool ack_may_be_sent(const struct uroce_qp *qp)
 /* ACK deferral: in a request-response exchange the application answers a
  * message it just received with a request of its own, within a microsecond
  * or two.  An owed ACK that waits for that request leaves in the same
- * sendmmsg, after it (requester_run -> responder_ack_ride), so the peer,
- * polling for the ACK, has the request in its socket before the ACK: one
- * syscall instead of two, and a one-sided request is placed by the peer's
- * poll instead of waking its engine.  A QP defers while deferring works
- * (ack_ride_hits), and tries again every 16th ACK after a miss; the wait is
- * bounded by UROCE_ACK_DEFER_US (§6.6 allows an ACK any time before the
- * requester's timer; the coalescing of §6.5 covers the PSNs in between). */
+ * sendmmsg, behind it (requester_run -> responder_ack_ride; behind its first
+ * packet when the window cuts the message), so the peer, polling for the
+ * ACK, has the request (or its start: dev_poll_found) in its socket before
+ * the ACK: one syscall instead of two, and a one-sided request is placed by
+ * the peer's poll instead of waking its engine.  A QP defers while
+ * deferring works (ack_ride_hits; responder_request_follows), and tries
+ * again every 16th ACK otherwise; the wait is bounded by UROCE_ACK_DEFER_US
+ * (§6.6 allows an ACK any time before the requester's timer; the
+ * coalescing of §6.5 covers the PSNs in between). */
 static bool ack_defer(struct uroce_qp *qp)
 {
-	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC)
+	/* only the ACK of a whole message can be answered: one asked for in the
+	 * middle (a window-filling packet) goes at once, or the requester stalls */
+	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC || !qp->ack_owed_msg_end)
 		return false;
+	if (qp->ack_late_ns) {
+		/* the last deferred ACK went alone and no request followed:
+		 * a real miss (one-way traffic) */
+		qp->ack_late_ns = 0;
+		qp->ack_wait_us = 0;
+		if (qp->ack_ride_hits)
+			qp->ack_ride_hits--;
+	}
 	return qp->ack_ride_hits || (++qp->ack_defer_probe & 15) == 0;
+}
+
+static uint64_t ack_wait_ns(const struct uroce_qp *qp)
+{
+	return (qp->ack_wait_us ? qp->ack_wait_us : qp->dev->cfg.ack_defer_us) * 1000ull;
+}
+
+/* The requester sends: if the last deferred ACK went alone, at its deadline,
+ * shortly before, the exchange is request-response all the same, only
+ * slower than the wait (a loaded host, a large message to take in): wait
+ * twice as long next time, up to 50 x UROCE_ACK_DEFER_US.  Under qp->lock. */
+void responder_request_follows(struct uroce_qp *qp)
+{
+	uint64_t late = qp->ack_late_ns;
+
+	qp->ack_late_ns = 0;
+	if (now_ns() - late > ACK_ANSWER_NS)
+		return;
+	unsigned base = qp->dev->cfg.ack_defer_us, w = qp->ack_wait_us ? qp->ack_wait_us : base;
+	qp->ack_wait_us = 2 * w < 50 * base ? 2 * w : 50 * base;
+	if (qp->ack_ride_hits < ACK_RIDE_HITS_MAX)
+		qp->ack_ride_hits++;
 }
 
 void transport_rx_batch_end(struct uroce_dev *dev)
@@ -113,7 +153,7 @@ void transport_rx_batch_end(struct uroce_dev *dev)
 			}
 			/* the engine looks at least once per poll grace while
 			 * applications poll; kick it only if it sleeps longer */
-			uint64_t wait = dev->cfg.ack_defer_us * 1000ull, grace = dev->cfg.poll_grace_us * 1000ull;
+			uint64_t wait = ack_wait_ns(qp), grace = dev->cfg.poll_grace_us * 1000ull;
 			dev_lower_deadline(dev, &dev->ack_flush_next, now + wait, false);
 			dev_engine_wake_by(dev, now + (wait > grace ? wait : grace));
 		} else if (!qp->ack_defer_ns) {
@@ -128,21 +168,21 @@ void transport_rx_batch_end(struct uroce_dev *dev)
  * those that rode with a request leave the list.  Under rx_lock. */
 void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now)
 {
-	uint64_t wait = dev->cfg.ack_defer_us * 1000ull, next = UINT64_MAX;
+	uint64_t next = UINT64_MAX;
 
 	atomic_store(&dev->ack_flush_next, UINT64_MAX);
 	for (struct uroce_qp **pp = &dev->acks_deferred; *pp;) {
 		struct uroce_qp *qp = *pp;
 		pthread_mutex_lock(&qp->lock);
 		bool keep = false;
+		uint64_t wait = ack_wait_ns(qp);
 		if (qp->ack_owed && qp->ack_defer_ns && now - qp->ack_defer_ns < wait) {
 			keep = true;
 			if (qp->ack_defer_ns + wait < next)
 				next = qp->ack_defer_ns + wait;
 		} else if (qp->ack_owed && qp->ack_defer_ns) {
 			dev_count(dev, UC_acks_deferred_late, 1);
-			if (qp->ack_ride_hits)
-				qp->ack_ride_hits--;
+			qp->ack_late_ns = now;  /* a miss, unless a request follows soon */
 			if (ack_may_be_sent(qp))
 				flush_owed_ack(qp);
 			qp->ack_owed = false;
@@ -169,8 +209,8 @@ void responder_ack_now(struct uroce_qp *qp)
 	qp->ack_owed = false;
 }
 
-/* Called by the requester with a batch of requests about to leave: the
- * owed ACK rides last (see ack_defer).  Under qp->lock. */
+/* Called by the requester with request packets in `b`: the owed ACK rides
+ * behind them (see ack_defer).  Under qp->lock. */
 void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 {
 	if (!qp->ack_owed || !ack_may_be_sent(qp))
@@ -455,7 +495,7 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	dev_count(qp->dev, UC_duplicates, 1);
 	if (pkt->mask & (OPF_SEND | OPF_WRITE)) {
-		ack_owe(qp, psn_add(qp->epsn, PSN_MASK)); /* ePSN - 1 */
+		ack_owe(qp, psn_add(qp->epsn, PSN_MASK), false); /* ePSN - 1; a retry is answered at once */
 		return;
 	}
 	for (uint32_t i = 0; i < qp->res_size; i++) {
@@ -556,7 +596,11 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->epsn = psn_add(pkt->psn, consumed);
 	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
 		if (bth_ackreq(pkt->bth))
-			ack_owe(qp, pkt->psn);
+			ack_owe(qp, pkt->psn, (pkt->mask & OPF_LAST) != 0);
+		/* an RDMA WRITE under way, which no receive completion will
+		 * announce: dev_poll_found() hands the sockets back to the engine */
+		if (pkt->mask & OPF_WRITE)
+			atomic_store_explicit(&qp->dev->rx_write_open, !(pkt->mask & OPF_LAST), memory_order_relaxed);
 	}
 }
 

@@ -13,6 +13,9 @@
 /* recv.c: the engine (or a poller) hands every received packet here;
  * takes the QP lock itself. */
 void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
+/* A batch of received packets: transport_rx for each, responses first,
+ * then transport_rx_batch_end (recv.c). */
+void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n);
 /* After a receive batch: send the ACKs the responder coalesced (responder.c). */
 void transport_rx_batch_end(struct uroce_dev *dev);
 /* Send the deferred ACKs whose wait is over (responder.c); under rx_lock. */
@@ -61,6 +64,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
 struct tx_batch;
 /* A deferred ACK leaves with the requests in `b` (responder.c). */
 void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b);
+/* The requester sends after a deferred ACK went alone (responder.c). */
+void responder_request_follows(struct uroce_qp *qp);
 /* The owed ACK, if any, goes out now (responder.c). */
 void responder_ack_now(struct uroce_qp *qp);
 /* UD receive (§6.7, §9): Q_Key check, no PSN order, 40-byte GRH area. */
