@@ -205,7 +205,8 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
-	uint64_t last_traffic = 0;
+	uint64_t last_traffic = 0, spare_seen = 0;
+	bool spare = false;
 
 	on_engine_thread = true;
 	while (!atomic_load(&dev->stop)) {
@@ -246,9 +247,19 @@ static void *engine_main(void *arg)
 		}
 		/* traffic flows and no application polls: spin a while, if no
 		 * one else wants the CPU, so that the next packet needs no wake-up */
-		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000 && cpu_to_spare(dev)) {
-			sched_yield();
-			continue;
+		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
+			/* a look costs as much as a round of the spin: look again
+			 * after 10 us (a thread that became runnable meanwhile
+			 * waits at most that long) */
+			if (now - spare_seen > 10000) {
+				spare = cpu_to_spare(dev);
+				spare_seen = now;
+			}
+			if (spare) {
+				if (!dev->engine_rt)
+					sched_yield();  /* a real-time one yields to no one */
+				continue;
+			}
 		}
 		atomic_store(&dev->sleeping, true);
 		/* re-check after announcing sleep: a kick may have been skipped */
