@@ -58,7 +58,7 @@ struct uroce_dev {
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
-	atomic_bool rx_write_open;      /* the last WRITE packet received was not a LAST (responder.c) */
+	atomic_int rx_writes_open;      /* QPs with an RDMA WRITE partly received (qp_set_in_write) */
 	_Atomic uint64_t handback_ns;   /* last dev_poll_found() hand-back */
 	atomic_bool stop;
 	atomic_bool sleeping;
@@ -98,6 +98,16 @@ static inline struct uroce_qp *dev_lookup_qp(struct uroce_dev *dev, uint32_t qpn
 	return (qp && qp->qpn == qpn) ? qp : NULL;
 }
 
+/* A QP's responder starts or ends an RDMA WRITE of several packets; the
+ * device counts them for dev_poll_found().  Under qp->lock. */
+static inline void qp_set_in_write(struct uroce_qp *qp, bool on)
+{
+	if (qp->in_write != on) {
+		qp->in_write = on;
+		atomic_fetch_add_explicit(&qp->dev->rx_writes_open, on ? 1 : -1, memory_order_relaxed);
+	}
+}
+
 /* engine.c */
 int engine_start(struct uroce_dev *dev);
 void engine_stop(struct uroce_dev *dev);
@@ -108,6 +118,8 @@ void qp_arm_timer(struct uroce_qp *qp, uint64_t deadline);
 void dev_lower_deadline(struct uroce_dev *dev, _Atomic uint64_t *next, uint64_t deadline, bool kick);
 /* Wake the engine if it sleeps past `deadline` (not from the engine itself). */
 void dev_engine_wake_by(struct uroce_dev *dev, uint64_t deadline);
+/* Is the calling thread the engine? */
+bool dev_on_engine_thread(void);
 int dev_progress(struct uroce_dev *dev, int budget);
 /* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
 void dev_poll_progress(struct uroce_dev *dev);

@@ -95,7 +95,7 @@ void dev_poll_progress(struct uroce_dev *dev)
  * streams do not kick it per completion. */
 void dev_poll_found(struct uroce_dev *dev)
 {
-	if (!atomic_load_explicit(&dev->rx_write_open, memory_order_relaxed) || dev->cfg.handoff_defer)
+	if (atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) <= 0 || dev->cfg.handoff_defer)
 		return;
 	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->handback_ns, memory_order_relaxed);
 	if (now - last < 100000 || !atomic_compare_exchange_strong(&dev->handback_ns, &last, now))
@@ -112,6 +112,11 @@ void engine_kick(struct uroce_dev *dev)
 }
 
 static __thread bool on_engine_thread;
+
+bool dev_on_engine_thread(void)
+{
+	return on_engine_thread;
+}
 
 void dev_engine_wake_by(struct uroce_dev *dev, uint64_t deadline)
 {
@@ -335,6 +340,10 @@ int engine_start(struct uroce_dev *dev)
 
 void engine_stop(struct uroce_dev *dev)
 {
+	/* ACKs still deferred go out: the peers' sends were placed here */
+	pthread_mutex_lock(&dev->rx_lock);
+	transport_flush_deferred_acks(dev, UINT64_MAX);
+	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_store(&dev->stop, true);
 	engine_kick(dev);
 	pthread_join(dev->engine, NULL);

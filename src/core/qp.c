@@ -150,6 +150,9 @@ void qp_enter_error(struct uroce_qp *qp)
 {
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		return;
+	/* an ACK deferred for a request to ride with (responder.c) acknowledges
+	 * what was placed: it leaves while the state still allows */
+	responder_ack_now(qp);
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp_flush_queues(qp);
 }
@@ -368,6 +371,7 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 		}
 	pthread_mutex_lock(&qp->lock);
 	responder_ack_now(qp);  /* a deferred ACK (responder.c) is not lost with the QP */
+	qp_set_in_write(qp, false);
 	pthread_mutex_unlock(&qp->lock);
 	dev->nqp--;
 	qp->send_cq->refcnt--;
@@ -489,7 +493,8 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->ack_late_ns = 0;
 	qp->ack_wait_us = 0;
 	qp->ack_ride_hits = ACK_RIDE_HITS_START;
-	qp->in_send = qp->in_write = false;
+	qp->in_send = false;
+	qp_set_in_write(qp, false);
 	qp->cur_recv_valid = false;
 	if (qp->res)
 		memset(qp->res, 0, qp->res_size * sizeof(*qp->res));
@@ -575,6 +580,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	}
 
 	if (mask & IBV_QP_STATE) {
+		if (next == IBV_QPS_RESET)
+			responder_ack_now(qp);  /* as qp_enter_error: what was placed is ACKed */
 		switch (next) {
 		case IBV_QPS_RESET:
 			if (cur != IBV_QPS_RESET) {

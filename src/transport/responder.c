@@ -52,6 +52,8 @@ static void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
 			qp->ack_owed_psn = psn;
 			qp->ack_owed_msg_end = msg_end;
 		}
+		if (!msg_end)
+			qp->ack_owed_msg_end = false;  /* a retry or a mid-message AckReq: at once */
 		if (!qp->ack_defer_ns || msg_end)
 			return;  /* on this batch's list, or a deferral still bounded by its deadline */
 		qp->ack_defer_ns = 0;  /* a mid-message AckReq: no answer can come first (ack_defer) */
@@ -99,6 +101,10 @@ static bool ack_defer(struct uroce_qp *qp)
 	/* only the ACK of a whole message can be answered: one asked for in the
 	 * middle (a window-filling packet) goes at once, or the requester stalls */
 	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC || !qp->ack_owed_msg_end)
+		return false;
+	/* an ordinary (not real-time) engine may wake for the deadline tens of
+	 * ms late on a loaded host: what it receives is ACKed at once */
+	if (!qp->dev->engine_rt && dev_on_engine_thread())
 		return false;
 	if (qp->ack_late_ns) {
 		/* the last deferred ACK went alone and no request followed:
@@ -334,7 +340,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		    mr_check_remote(qp->dev, qp->pd, qp->write_rkey, qp->write_va, qp->write_left,
 				    IBV_ACCESS_REMOTE_WRITE, &mr) != MEM_OK)
 			return RV_ACCESS;
-		qp->in_write = true;
+		qp_set_in_write(qp, true);
 		qp->recv_off = 0;
 	}
 	if (!qp->in_write)
@@ -358,7 +364,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->write_left -= pkt->paylen;
 	qp->recv_off += pkt->paylen;
 	if (pkt->mask & OPF_LAST) {
-		qp->in_write = false;
+		qp_set_in_write(qp, false);
 		qp->msn = (qp->msn + 1) & 0xFFFFFF;
 		if (pkt->mask & OPF_IMMDT)
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->recv_off, pkt, bth_se(pkt->bth));
@@ -536,12 +542,14 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		/* UC (§6.7): on a gap drop the message, resync on FIRST/ONLY */
 		if (d != 0) {
 			if (!(pkt->mask & OPF_FIRST)) {
-				qp->in_send = qp->in_write = false;
+				qp->in_send = false;
+				qp_set_in_write(qp, false);
 				dev_count(qp->dev, UC_drop_psn_window, 1);
 				qp->epsn = psn_add(pkt->psn, 1);
 				return;
 			}
-			qp->in_send = qp->in_write = false;
+			qp->in_send = false;
+			qp_set_in_write(qp, false);
 		}
 	} else if (d > 0) {
 		dev_count(qp->dev, UC_out_of_sequence, 1);
@@ -582,7 +590,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	if (v != RV_OK) {
 		if (qp->type == IBV_QPT_UC) {
 			/* UC has no NAKs: drop the rest of the message (§6.7) */
-			qp->in_send = qp->in_write = false;
+			qp->in_send = false;
+			qp_set_in_write(qp, false);
 			if (v == RV_RNR)
 				dev_count(qp->dev, UC_drop_no_recv, 1);
 			qp->epsn = psn_add(pkt->psn, 1);
@@ -597,10 +606,6 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
 		if (bth_ackreq(pkt->bth))
 			ack_owe(qp, pkt->psn, (pkt->mask & OPF_LAST) != 0);
-		/* an RDMA WRITE under way, which no receive completion will
-		 * announce: dev_poll_found() hands the sockets back to the engine */
-		if (pkt->mask & OPF_WRITE)
-			atomic_store_explicit(&qp->dev->rx_write_open, !(pkt->mask & OPF_LAST), memory_order_relaxed);
 	}
 }
 

@@ -414,6 +414,45 @@ static void t_local_errors(void)
 	PASS(n);
 }
 
+/* The responder may hold an ACK back for a request to ride with
+ * (responder.c).  The application that has the receive completion can
+ * tear its QP down at once (to ERR, to RESET, or destroy it): the ACK of
+ * what was received must still reach the requester, whose SEND otherwise
+ * ends in RETRY_EXC_ERR although it was delivered. */
+enum teardown { TO_ERR, TO_RESET, DESTROY };
+
+static void t_ack_survives_teardown(enum teardown how, const char *n)
+{
+	struct conn_opts o = { .psn_a = 9, .psn_b = 9, .retry_cnt = 1, .rnr_retry = 7, .timeout = 12 };
+	void *buf;
+	struct ibv_mr *mr = alloc_mr(4096, &buf);
+	struct ibv_wc wc;
+
+	if (!mr)
+		FAIL(n, "setup");
+	for (int i = 0; i < 20; i++) {
+		struct qpair p;
+		if (make_pair(&p, &o) || post_recv(p.b, mr, (char *)buf + 2048, 64, 7) ||
+		    post_send(p.a, IBV_WR_SEND, mr, buf, 16, 0, 0, 1, IBV_SEND_SIGNALED))
+			FAIL(n, "setup of round %d", i);
+		if (poll_n(p.cqb, &wc, 1, 5) != 1 || wc.status != IBV_WC_SUCCESS)
+			FAIL(n, "round %d: no receive completion", i);
+		if (how == DESTROY) {
+			ibv_destroy_qp(p.b);
+			p.b = NULL;
+		} else {
+			struct ibv_qp_attr a = { .qp_state = how == TO_ERR ? IBV_QPS_ERR : IBV_QPS_RESET };
+			if (ibv_modify_qp(p.b, &a, IBV_QP_STATE))
+				FAIL(n, "round %d: modify", i);
+		}
+		if (poll_n(p.cqa, &wc, 1, 5) != 1 || wc.status != IBV_WC_SUCCESS)
+			FAIL(n, "round %d: the delivered SEND completed with %s", i, ibv_wc_status_str(wc.status));
+		free_pair(&p);
+	}
+	free_mr(mr, buf, 4096);
+	PASS(n);
+}
+
 static void t_big(size_t len, const char *n)
 {
 	struct conn_opts o = { .psn_a = 0xFFF000, .psn_b = 77, .retry_cnt = 7, .rnr_retry = 7, .mtu = IBV_MTU_4096 };
@@ -582,6 +621,9 @@ int main(int argc, char **argv)
 		t_unsignaled_and_inline();
 		t_solicited();
 		t_local_errors();
+		t_ack_survives_teardown(TO_ERR, "ack_of_a_received_send_survives_modify_to_ERR");
+		t_ack_survives_teardown(TO_RESET, "ack_of_a_received_send_survives_modify_to_RESET");
+		t_ack_survives_teardown(DESTROY, "ack_of_a_received_send_survives_destroy");
 		t_atomics();
 		t_threads();
 		t_big((size_t)64 << 20, "rdma_write_and_read_64MiB_across_psn_wrap");
