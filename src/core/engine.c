@@ -1,9 +1,9 @@
 /* The engine thread: receives the packets no polling application takes,
  * runs the transport for them, fires QP timers and sends deferred ACKs
  * (docs/architecture.md, "Execution model").  It sleeps in epoll (an idle
- * process uses no CPU; an ordinary, not real-time, engine first spins for
- * UROCE_SPIN_US after traffic); other threads kick it only when they need
- * it earlier than it will wake. */
+ * process uses no CPU; after traffic it first spins for UROCE_SPIN_US while
+ * a CPU is to spare); other threads kick it only when they need it earlier
+ * than it will wake. */
 #include "device.h"
 #include "../verbs/ops.h"
 #include <errno.h>
