@@ -41,7 +41,7 @@
 	X(drop_no_recv, "UD/UC packets dropped: no receive posted") \
 	X(drop_injected, "packets dropped by UROCE_FAULT_* fault injection") \
 	X(cq_overruns, "completion queue overruns") \
-	X(engine_kicks, "engine wake-ups asked for by a poster (an earlier timer)") \
+	X(engine_kicks, "engine wake-ups asked for by another thread (an earlier deadline, a hand-back)") \
 	X(timer_scans, "scans of the QP timers")
 
 enum uroce_counter {

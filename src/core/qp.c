@@ -364,15 +364,7 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 			*pp = qp->next_in_dev;
 			break;
 		}
-	for (struct uroce_qp **pp = &dev->acks_deferred; *pp; pp = &(*pp)->next_deferred)
-		if (*pp == qp) {
-			*pp = qp->next_deferred;
-			break;
-		}
-	pthread_mutex_lock(&qp->lock);
-	responder_ack_now(qp);  /* a deferred ACK (responder.c) is not lost with the QP */
-	qp_set_in_write(qp, false);
-	pthread_mutex_unlock(&qp->lock);
+	responder_qp_gone(qp);  /* a deferred ACK is not lost with the QP */
 	dev->nqp--;
 	qp->send_cq->refcnt--;
 	qp->recv_cq->refcnt--;

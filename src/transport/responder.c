@@ -17,17 +17,23 @@ enum resp_verdict {
 
 static void flush_owed_ack(struct uroce_qp *qp);
 
+/* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
+static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn)
+{
+	uint8_t *h = txb_hdr(b);
+
+	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
+	aeth_set(h + BTH_LEN, syndrome, qp->msn);
+	txb_add(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+}
+
 static void send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
 {
 	struct tx_batch b;
-	uint8_t *h;
 
 	flush_owed_ack(qp);
 	txb_init(&b, qp);
-	h = txb_hdr(&b);
-	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
-	aeth_set(h + BTH_LEN, syndrome, qp->msn);
-	txb_add(&b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+	aeth_add(qp, &b, op, syndrome, psn);
 	txb_flush(&b);
 }
 
@@ -117,6 +123,13 @@ static bool ack_defer(struct uroce_qp *qp)
 	return qp->ack_ride_hits || (++qp->ack_defer_probe & 15) == 0;
 }
 
+/* A deferral paid off: the QP's request came (ack_defer). */
+static void ack_ride_hit(struct uroce_qp *qp)
+{
+	if (qp->ack_ride_hits < ACK_RIDE_HITS_MAX)
+		qp->ack_ride_hits++;
+}
+
 static uint64_t ack_wait_ns(const struct uroce_qp *qp)
 {
 	return (qp->ack_wait_us ? qp->ack_wait_us : qp->dev->cfg.ack_defer_us) * 1000ull;
@@ -135,8 +148,7 @@ void responder_request_follows(struct uroce_qp *qp)
 		return;
 	unsigned base = qp->dev->cfg.ack_defer_us, w = qp->ack_wait_us ? qp->ack_wait_us : base;
 	qp->ack_wait_us = 2 * w < 50 * base ? 2 * w : 50 * base;
-	if (qp->ack_ride_hits < ACK_RIDE_HITS_MAX)
-		qp->ack_ride_hits++;
+	ack_ride_hit(qp);
 }
 
 void transport_rx_batch_end(struct uroce_dev *dev)
@@ -189,10 +201,7 @@ void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now)
 		} else if (qp->ack_owed && qp->ack_defer_ns) {
 			dev_count(dev, UC_acks_deferred_late, 1);
 			qp->ack_late_ns = now;  /* a miss, unless a request follows soon */
-			if (ack_may_be_sent(qp))
-				flush_owed_ack(qp);
-			qp->ack_owed = false;
-			qp->ack_defer_ns = 0;
+			responder_ack_now(qp);
 		}
 		if (!keep) {
 			qp->ack_deferred_listed = false;
@@ -206,13 +215,30 @@ void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now)
 		dev_lower_deadline(dev, &dev->ack_flush_next, next, false);
 }
 
-/* An ACK still owed goes out now (the QP is being destroyed: the peer's
- * requester must not be left to retry into a QP that is gone). */
+/* An ACK still owed goes out now, if the QP's state still sends: its wait
+ * is over, or the QP leaves the states that send (the peer's requester must
+ * not be left to retry into a QP that no longer answers). */
 void responder_ack_now(struct uroce_qp *qp)
 {
 	if (qp->ack_owed && ack_may_be_sent(qp))
 		flush_owed_ack(qp);
 	qp->ack_owed = false;
+	qp->ack_defer_ns = 0;
+}
+
+/* The QP is being destroyed (under rx_lock): off the deferred list, its owed
+ * ACK sent, no longer counted as inside a WRITE. */
+void responder_qp_gone(struct uroce_qp *qp)
+{
+	for (struct uroce_qp **pp = &qp->dev->acks_deferred; *pp; pp = &(*pp)->next_deferred)
+		if (*pp == qp) {
+			*pp = qp->next_deferred;
+			break;
+		}
+	pthread_mutex_lock(&qp->lock);
+	responder_ack_now(qp);
+	qp_set_in_write(qp, false);
+	pthread_mutex_unlock(&qp->lock);
 }
 
 /* Called by the requester with request packets in `b`: the owed ACK rides
@@ -223,16 +249,12 @@ void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 		return;
 	if (qp->ack_defer_ns) {
 		dev_count(qp->dev, UC_acks_ridden, 1);
-		if (qp->ack_ride_hits < ACK_RIDE_HITS_MAX)
-			qp->ack_ride_hits++;
+		ack_ride_hit(qp);
 	}
 	qp->ack_owed = false;
 	qp->ack_defer_ns = 0;
 	dev_count(qp->dev, UC_acks_tx, 1);
-	uint8_t *h = txb_hdr(b);
-	bth_set(h, OP_RC_ACK, 0, 0, qp->attr.dest_qp_num, 0, qp->ack_owed_psn);
-	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->msn);
-	txb_add(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+	aeth_add(qp, b, OP_RC_ACK, AETH_ACK_UNLIMITED, qp->ack_owed_psn);
 }
 
 /* NAK codes 1-3 put the responder's QP in the error state too (§5.3). */

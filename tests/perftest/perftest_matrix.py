@@ -68,19 +68,19 @@ def counters(text):
 
 def table(text):
     """perftest's result rows: the lines of numbers after the '#bytes' header."""
-    rows, header = [], None
+    rows, seen = [], False
     for line in text.splitlines():
         if line.strip().startswith('#bytes'):
-            header = line.split()
+            seen = True
             continue
-        if header is None:
+        if not seen:
             continue
         f = line.split()
         if f and all(re.fullmatch(r'[0-9.]+', x) for x in f) and len(f) >= 3:
             rows.append([float(x) for x in f])
         elif f and f[0].startswith('---') and rows:
             break
-    return header, rows
+    return rows
 
 
 def ns_prefix(ns):
@@ -120,16 +120,16 @@ def run_case(tool, mode, port, topo):
     problems = []
     if client.returncode != 0 or server.returncode != 0:
         problems.append(f'exit status: client {client.returncode}, server {server.returncode}')
-    header, rows = table(cout)
+    rows = table(cout)
     if not rows:
         problems.append('no result rows in the client output')
     else:
-        problems += check_rows(tool, kind, mode, header, rows)
+        problems += check_rows(kind, mode, rows)
         problems += check_moved(tool, kind, mode, rows, counters(cerr), counters(serr))
     return problems, cout + cerr, sout + serr, rows
 
 
-def check_rows(tool, kind, mode, header, rows):
+def check_rows(kind, mode, rows):
     p = []
     if mode == 'a':
         sizes = [int(r[0]) for r in rows]
