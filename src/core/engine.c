@@ -55,7 +55,14 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 		transport_rx_batch(dev, pkts, n);
 		net_recv_done(dev->net, pkts, n);
 		done += n;
+		if (!dev->net->rx_more)
+			break;
 	}
+	/* An empty receive looks at the deadlines every 16th time only (~6 us
+	 * of polling): they are 20 us (deferred ACKs) or more away when set,
+	 * and the clock read is a tenth of an empty poll. */
+	if (done == 0 && budget > 0 && (++dev->rx_idle_rounds & 15) != 0)
+		return 0;
 	uint64_t now = now_ns();
 	if (atomic_load(&dev->ack_flush_next) <= now)
 		transport_flush_deferred_acks(dev, now);
@@ -77,9 +84,17 @@ int dev_progress(struct uroce_dev *dev, int budget)
  * it does, so the two never fight over the cores. */
 void dev_poll_progress(struct uroce_dev *dev)
 {
+	static __thread unsigned polls_unstamped;
+
 	if (!dev->cfg.poll_progress)
 		return;
-	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
+	/* The engine holds this against a grace of milliseconds: a stamp every
+	 * 32 polls (~15 us) is fresh enough, and a clock read costs a tenth of
+	 * an empty poll.  Defer mode's grace is microseconds: every poll. */
+	if (dev->cfg.handoff_defer || ++polls_unstamped >= 32) {
+		polls_unstamped = 0;
+		atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
+	}
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
 	progress_locked(dev, UROCE_RX_BATCH);
@@ -259,6 +274,8 @@ static void *engine_main(void *arg)
 			if (now - spare_seen > 10000) {
 				spare = cpu_to_spare(dev);
 				spare_seen = now;
+				if (!spare)
+					dev_count(dev, UC_engine_spin_no_cpu, 1);
 			}
 			if (spare) {
 				if (!dev->engine_rt)
@@ -273,6 +290,8 @@ static void *engine_main(void *arg)
 			last_traffic = now_ns();
 			continue;
 		}
+		if (last_traffic)
+			dev_count(dev, UC_engine_sleeps, 1);
 		if (engine_sleep(dev, dev->epfd, 0, true) > 0)
 			last_traffic = now_ns();
 	}

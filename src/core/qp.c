@@ -303,6 +303,8 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	}
 	q->qp_num = qp->qpn;
 	q->handle = qp->qpn;
+	if (qp->type == IBV_QPT_UD && dev->nqp_ud++ == 0)
+		net_rx_ip_meta(dev->net, true);
 	atomic_store_explicit(&dev->qp_table[qp->qpn & (UROCE_MAX_QP - 1)], qp, memory_order_release);
 	qp->next_in_dev = dev->qp_list;
 	dev->qp_list = qp;
@@ -365,6 +367,8 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 			break;
 		}
 	responder_qp_gone(qp);  /* a deferred ACK is not lost with the QP */
+	if (qp->type == IBV_QPT_UD && --dev->nqp_ud == 0)
+		net_rx_ip_meta(dev->net, false);
 	dev->nqp--;
 	qp->send_cq->refcnt--;
 	qp->recv_cq->refcnt--;

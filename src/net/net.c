@@ -133,6 +133,11 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 	return n;
 }
 
+void net_rx_ip_meta(struct uroce_net *net, bool on)
+{
+	net->ops->rx_ip_meta(net, on);
+}
+
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
 {
 	net->ops->recv_done(net, pkts, n);

@@ -51,11 +51,15 @@ struct uroce_net_ops {
 	void (*flow_close)(struct uroce_flow *flow);
 	int (*send)(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos,
 		    struct uroce_txmsg *msgs, int n);
-	/* Non-blocking: up to max packets, 0 when none is waiting. */
+	/* Non-blocking: up to max packets, 0 when none is waiting; sets
+	 * net->rx_more. */
 	int (*recv)(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 	/* Return the packets' buffers once processed. */
 	void (*recv_done)(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 	int (*add_fds)(struct uroce_net *net, int epfd);
+	/* Report each received packet's IP traffic class and hop limit (the
+	 * GRH a UD receive gets) or not; the dgid is always reported. */
+	void (*rx_ip_meta)(struct uroce_net *net, bool on);
 };
 
 struct uroce_net {
@@ -64,6 +68,10 @@ struct uroce_net {
 	void *priv;
 	struct pcap_tap *pcap;
 	unsigned gso_max_segs;  /* 0: no UDP GSO */
+	/* set by each recv: a socket may hold more (a call filled its batch
+	 * or left a socket unread).  False lets a poll loop skip the empty
+	 * receive call that would only confirm it (0.25 us per message). */
+	bool rx_more;
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
 };
@@ -76,6 +84,7 @@ void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
+void net_rx_ip_meta(struct uroce_net *net, bool on);
 /* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */
 bool net_fault_tx(struct uroce_net *net);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);

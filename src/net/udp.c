@@ -126,11 +126,8 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		/* The UDP checksum is left on, unlike rxe's 0 (§1.4 allows a
 		 * correct one; receivers verify it): Linux refuses UDP GSO on a
 		 * socket without checksums, and offload makes it free. */
-		if (rx) {
+		if (rx)
 			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
-			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
-			setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &one, sizeof(one));
-		}
 	} else {
 		int pmtu = IPV6_PMTUDISC_DO;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
@@ -139,8 +136,6 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 			/* rxe sends IPv6 with UDP checksum 0 (§1.4) */
 			setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
-			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
-			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &one, sizeof(one));
 		}
 	}
 	int buf = 8 << 20;
@@ -193,6 +188,21 @@ static int bind_auto_address(struct uroce_config *cfg, int *fd_out)
 	return -EADDRINUSE;
 }
 
+/* What a receive call needs in header i; the kernel rewrites the lengths
+ * and flags of the headers it fills, so those are reset after use. */
+static void rx_hdr_reset(struct udp_priv *p, int i)
+{
+	struct msghdr *h = &p->mm[i].msg_hdr;
+
+	memset(h, 0, sizeof(*h));
+	h->msg_name = &p->from[i];
+	h->msg_namelen = sizeof(p->from[i]);
+	h->msg_iov = &p->iov[i];
+	h->msg_iovlen = 1;
+	h->msg_control = p->cbuf[i];
+	h->msg_controllen = sizeof(p->cbuf[i]);
+}
+
 static int udp_open(struct uroce_net *net)
 {
 	struct udp_priv *p = calloc(1, sizeof(*p));
@@ -228,6 +238,7 @@ static int udp_open(struct uroce_net *net)
 	for (int i = 0; i < UROCE_RX_BUFS; i++) {
 		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
 		p->iov[i].iov_len = UROCE_RX_BUFSZ;
+		rx_hdr_reset(p, i);
 	}
 	/* UDP GSO (Linux 4.18+): probe it once */
 	int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -402,28 +413,23 @@ static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 {
 	struct udp_priv *p = net->priv;
-	int got = 0;
+	int got = 0, used = 0, k;
 
-	for (int k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max; k++) {
+	net->rx_more = false;
+	/* each socket's datagrams go to buffers after the previous socket's:
+	 * the packets of this call point into all of them */
+	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
 		int fd = p->rx_fd[(p->rr + (unsigned)k) % (unsigned)p->nrx];
 		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
 		int want = (max - got) / UROCE_GRO_MAX_SEGS;
-		if (want > UROCE_RX_BUFS)
-			want = UROCE_RX_BUFS;
-		for (int i = 0; i < want; i++) {
-			struct msghdr *h = &p->mm[i].msg_hdr;
-			memset(h, 0, sizeof(*h));
-			h->msg_name = &p->from[i];
-			h->msg_namelen = sizeof(p->from[i]);
-			h->msg_iov = &p->iov[i];
-			h->msg_iovlen = 1;
-			h->msg_control = p->cbuf[i];
-			h->msg_controllen = sizeof(p->cbuf[i]);
-		}
-		int r = sys_recvmmsg(fd, p->mm, (unsigned)want);
+		if (want > UROCE_RX_BUFS - used)
+			want = UROCE_RX_BUFS - used;
+		int r = sys_recvmmsg(fd, p->mm + used, (unsigned)want);
 		if (r <= 0)
 			continue;
-		for (int i = 0; i < r; i++) {
+		if (r == want)
+			net->rx_more = true;
+		for (int i = used; i < used + r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
 			struct uroce_rxpkt tmpl;
 			int gso;
@@ -434,6 +440,7 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 			parse_cmsgs(h, &tmpl, &gso);
 			if (h->msg_flags & MSG_TRUNC)
 				len = 0; /* larger than any RoCE packet: dropped as truncated */
+			rx_hdr_reset(p, i);
 			uint32_t seg = gso > 0 && (uint32_t)gso < len ? (uint32_t)gso : (len ? len : 1);
 			uint16_t idx = 0;
 			for (uint32_t off = 0; off < len || (len == 0 && idx == 0); off += seg, idx++) {
@@ -447,7 +454,10 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 				pk->ip_id_hint = idx;
 			}
 		}
+		used += r;
 	}
+	if (k < p->nrx)
+		net->rx_more = true; /* sockets left unread for want of room */
 	p->rr++;
 	return got;
 }
@@ -469,6 +479,32 @@ static int udp_add_fds(struct uroce_net *net, int epfd)
 	return 0;
 }
 
+/* Traffic class and hop limit come as two more control messages per
+ * datagram, 60 ns of every receive call's work on loopback; only a UD
+ * receive needs them (its GRH), so they are asked for while a UD QP is
+ * open.  Packets queued before the switch carry none (parse_cmsgs'
+ * defaults): none can be for a UD QP that did not exist yet. */
+static void udp_rx_ip_meta(struct uroce_net *net, bool on)
+{
+	struct udp_priv *p = net->priv;
+	int v = on;
+
+	for (int i = 0; i < p->nrx; i++) {
+		int fd = p->rx_fd[i];
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+			continue;
+		if (ss.ss_family == AF_INET) {
+			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &v, sizeof(v));
+			setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &v, sizeof(v));
+		} else {
+			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &v, sizeof(v));
+			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &v, sizeof(v));
+		}
+	}
+}
+
 const struct uroce_net_ops uroce_udp_ops = {
 	.name = "udp",
 	.open = udp_open,
@@ -479,4 +515,5 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.recv = udp_recv,
 	.recv_done = udp_recv_done,
 	.add_fds = udp_add_fds,
+	.rx_ip_meta = udp_rx_ip_meta,
 };
