@@ -43,7 +43,7 @@
 	X(cq_overruns, "completion queue overruns") \
 	X(engine_kicks, "engine wake-ups asked for by another thread (an earlier deadline, a hand-back)") \
 	X(timer_scans, "scans of the QP timers") \
-	X(engine_sleeps, "engine sleeps on the sockets after traffic") \
+	X(engine_sleeps, "engine sleeps on the sockets once traffic was seen") \
 	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)")
 
 enum uroce_counter {

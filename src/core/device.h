@@ -65,7 +65,6 @@ struct uroce_dev {
 	atomic_bool sleeping;
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
-	unsigned rx_idle_rounds;       /* empty receives (rx_lock): progress_locked */
 	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
 	unsigned n_acks_owed;
 	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request (rx_lock) */

@@ -42,7 +42,7 @@ static void run_timers(struct uroce_dev *dev, uint64_t now)
 }
 
 /* Process up to `budget` received packets and due timers.  Returns the number
- * of packets handled.  Caller holds no lock. */
+ * of packets handled.  Caller holds rx_lock. */
 static int progress_locked(struct uroce_dev *dev, int budget)
 {
 	struct uroce_rxpkt *pkts = dev->rx_pkts; /* owned under rx_lock */
@@ -58,11 +58,6 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 		if (!dev->net->rx_more)
 			break;
 	}
-	/* An empty receive looks at the deadlines every 16th time only (~6 us
-	 * of polling): they are 20 us (deferred ACKs) or more away when set,
-	 * and the clock read is a tenth of an empty poll. */
-	if (done == 0 && budget > 0 && (++dev->rx_idle_rounds & 15) != 0)
-		return 0;
 	uint64_t now = now_ns();
 	if (atomic_load(&dev->ack_flush_next) <= now)
 		transport_flush_deferred_acks(dev, now);
@@ -84,17 +79,9 @@ int dev_progress(struct uroce_dev *dev, int budget)
  * it does, so the two never fight over the cores. */
 void dev_poll_progress(struct uroce_dev *dev)
 {
-	static __thread unsigned polls_unstamped;
-
 	if (!dev->cfg.poll_progress)
 		return;
-	/* The engine holds this against a grace of milliseconds: a stamp every
-	 * 32 polls (~15 us) is fresh enough, and a clock read costs a tenth of
-	 * an empty poll.  Defer mode's grace is microseconds: every poll. */
-	if (dev->cfg.handoff_defer || ++polls_unstamped >= 32) {
-		polls_unstamped = 0;
-		atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
-	}
+	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
 	progress_locked(dev, UROCE_RX_BATCH);

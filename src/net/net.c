@@ -27,6 +27,8 @@ struct uroce_net *net_create(struct uroce_dev *dev)
 		net->pcap = pcap_tap_open(dev->cfg.pcap_path);
 		if (!net->pcap)
 			LOG_ERR("uroce: cannot write pcap %s", dev->cfg.pcap_path);
+		else
+			net->ops->rx_ip_meta(net, true); /* the tap records them */
 	}
 	return net;
 }
@@ -135,7 +137,7 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 
 void net_rx_ip_meta(struct uroce_net *net, bool on)
 {
-	net->ops->rx_ip_meta(net, on);
+	net->ops->rx_ip_meta(net, on || net->pcap);
 }
 
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)

@@ -58,7 +58,8 @@ struct uroce_net_ops {
 	void (*recv_done)(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 	int (*add_fds)(struct uroce_net *net, int epfd);
 	/* Report each received packet's IP traffic class and hop limit (the
-	 * GRH a UD receive gets) or not; the dgid is always reported. */
+	 * GRH a UD receive gets, the pcap tap) or not; the dgid is always
+	 * reported. */
 	void (*rx_ip_meta)(struct uroce_net *net, bool on);
 };
 

@@ -481,9 +481,9 @@ static int udp_add_fds(struct uroce_net *net, int epfd)
 
 /* Traffic class and hop limit come as two more control messages per
  * datagram, 60 ns of every receive call's work on loopback; only a UD
- * receive needs them (its GRH), so they are asked for while a UD QP is
- * open.  Packets queued before the switch carry none (parse_cmsgs'
- * defaults): none can be for a UD QP that did not exist yet. */
+ * receive (its GRH) and the pcap tap need them, so they are asked for
+ * while a UD QP is open or a capture runs.  The kernel adds them as a
+ * packet is read: when the last UD QP goes, it is unpublished already. */
 static void udp_rx_ip_meta(struct uroce_net *net, bool on)
 {
 	struct udp_priv *p = net->priv;
