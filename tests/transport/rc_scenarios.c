@@ -44,6 +44,7 @@ struct conn_opts {
 	enum ibv_mtu mtu;
 	bool sig_all;
 	uint32_t bogus_dest;   /* non-zero: A talks to this QPN instead of B */
+	uint8_t sgid_index;    /* both QPs' GID (and so socket) */
 	struct ibv_comp_channel *chan_b;
 };
 
@@ -70,8 +71,9 @@ static int connect_qp(struct ibv_qp *q, uint32_t dest, uint32_t my_psn, uint32_t
 	a.max_dest_rd_atomic = 16;
 	a.min_rnr_timer = o->min_rnr_timer ? o->min_rnr_timer : 1;
 	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid0;
-	a.ah_attr.grh.sgid_index = 0;
+	if (ibv_query_gid(ctx, 1, o->sgid_index, &a.ah_attr.grh.dgid))
+		return -1;
+	a.ah_attr.grh.sgid_index = o->sgid_index;
 	a.ah_attr.grh.hop_limit = 64;
 	a.ah_attr.port_num = 1;
 	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -601,11 +603,72 @@ static void t_atomics(void)
 	PASS(n);
 }
 
+/* --two-gids (run with two addresses in UROCE_ADDR): a pair of QPs on each
+ * GID, so on each of the device's two receive sockets, both streaming at
+ * once.  A receive call that finds datagrams on both sockets must keep them
+ * in separate buffers: had the second socket's overwritten the first's,
+ * those packets would fail their ICRC and be resent.  The data must arrive
+ * intact here; the caller (two_gids.sh) checks that nothing was dropped or
+ * resent. */
+static void t_two_gids(void)
+{
+	const char *n = "two_gids_stream_at_once";
+	enum { MSGS = 64, LEN = 4000, ROUNDS = 20 };
+	struct qpair p[2];
+	void *sb[2], *rb[2];
+	struct ibv_mr *smr[2], *rmr[2];
+	struct ibv_wc wc[MSGS];
+	union ibv_gid g1;
+
+	if (ibv_query_gid(ctx, 1, 1, &g1) || !memcmp(&g1, &gid0, sizeof(g1)))
+		FAIL(n, "the device has no second GID (UROCE_ADDR=a,b)");
+	for (int k = 0; k < 2; k++) {
+		struct conn_opts o = { .psn_a = 100, .psn_b = 200, .retry_cnt = 7, .rnr_retry = 7, .sgid_index = (uint8_t)k };
+		smr[k] = alloc_mr(MSGS * LEN, &sb[k]);
+		rmr[k] = alloc_mr(MSGS * LEN, &rb[k]);
+		if (!smr[k] || !rmr[k] || make_pair(&p[k], &o))
+			FAIL(n, "setup of the pair on GID %d", k);
+	}
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int k = 0; k < 2; k++) {
+			fill(sb[k], MSGS * LEN, (unsigned)(r * 2 + k));
+			memset(rb[k], 0, MSGS * LEN);
+			for (int i = 0; i < MSGS; i++)
+				if (post_recv(p[k].b, rmr[k], (uint8_t *)rb[k] + i * LEN, LEN, (uint64_t)i))
+					FAIL(n, "post_recv");
+		}
+		/* both streams in flight before anyone polls */
+		for (int i = 0; i < MSGS; i++)
+			for (int k = 0; k < 2; k++)
+				if (post_send(p[k].a, IBV_WR_SEND, smr[k], (uint8_t *)sb[k] + i * LEN, LEN, 0, 0,
+					      (uint64_t)i, IBV_SEND_SIGNALED))
+					FAIL(n, "post_send");
+		for (int k = 0; k < 2; k++) {
+			if (poll_n(p[k].cqb, wc, MSGS, 10) != MSGS)
+				FAIL(n, "round %d GID %d: receive completions", r, k);
+			for (int i = 0; i < MSGS; i++)
+				if (wc[i].status != IBV_WC_SUCCESS || wc[i].byte_len != LEN)
+					FAIL(n, "round %d GID %d: receive %d status %d len %u", r, k, i, wc[i].status, wc[i].byte_len);
+			if (poll_n(p[k].cqa, wc, MSGS, 10) != MSGS)
+				FAIL(n, "round %d GID %d: send completions", r, k);
+			if (memcmp(sb[k], rb[k], MSGS * LEN))
+				FAIL(n, "round %d GID %d: data differs", r, k);
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		free_pair(&p[k]);
+		free_mr(smr[k], sb[k], MSGS * LEN);
+		free_mr(rmr[k], rb[k], MSGS * LEN);
+	}
+	PASS(n);
+}
+
 int main(int argc, char **argv)
 {
 	int num;
 	struct ibv_device **list = ibv_get_device_list(&num);
 	bool big = argc > 1 && !strcmp(argv[1], "--big");
+	bool two_gids = argc > 1 && !strcmp(argv[1], "--two-gids");
 
 	if (!list || num < 1 || !(ctx = ibv_open_device(list[0])) || !(pd = ibv_alloc_pd(ctx)) ||
 	    ibv_query_gid(ctx, 1, 0, &gid0)) {
@@ -614,6 +677,8 @@ int main(int argc, char **argv)
 	}
 	if (big) {
 		t_big((size_t)1 << 30, "rdma_write_and_read_1GiB");
+	} else if (two_gids) {
+		t_two_gids();
 	} else {
 		t_psn_wrap();
 		t_retry_exceeded();
