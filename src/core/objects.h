@@ -242,10 +242,6 @@ struct uroce_qp {
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
 };
 
-#define ACK_RIDE_HITS_MAX 8
-#define ACK_RIDE_HITS_START 4   /* a new or reset QP defers (responder.c) */
-#define ACK_ANSWER_NS 1000000ull /* a request this soon after a late ACK answers it */
-
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
 static inline void qp_timers_off(struct uroce_qp *qp)
 {

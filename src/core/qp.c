@@ -243,7 +243,7 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	}
 	qp->dev = dev;
 	qp->type = a->qp_type;
-	qp->ack_ride_hits = ACK_RIDE_HITS_START;
+	responder_reset(qp);
 	qp->sq_sig_all = a->sq_sig_all;
 	qp->cap = a->cap;
 	if (qp->cap.max_send_sge == 0)
@@ -484,13 +484,7 @@ static void qp_reset(struct uroce_qp *qp)
 	qp->epsn = 0;
 	qp->msn = 0;
 	qp->nak_sent = false;
-	qp->ack_owed = false;
-	qp->ack_defer_ns = 0;
-	qp->ack_late_ns = 0;
-	qp->ack_wait_us = 0;
-	qp->ack_ride_hits = ACK_RIDE_HITS_START;
-	qp->in_send = false;
-	qp_set_in_write(qp, false);
+	responder_reset(qp);
 	qp->cur_recv_valid = false;
 	if (qp->res)
 		memset(qp->res, 0, qp->res_size * sizeof(*qp->res));

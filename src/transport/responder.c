@@ -17,6 +17,11 @@ enum resp_verdict {
 
 static void flush_owed_ack(struct uroce_qp *qp);
 
+/* ACK deferral (ack_defer) */
+#define ACK_RIDE_HITS_MAX 8
+#define ACK_RIDE_HITS_START 4   /* a new or reset QP defers */
+#define ACK_ANSWER_NS 1000000ull /* a request this soon after a late ACK answers it */
+
 /* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
 static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn)
 {
@@ -159,7 +164,7 @@ void transport_rx_batch_end(struct uroce_dev *dev)
 		struct uroce_qp *qp = dev->acks_owed[i];
 		pthread_mutex_lock(&qp->lock);
 		if (!qp->ack_owed || !ack_may_be_sent(qp)) {
-			qp->ack_owed = false;
+			responder_ack_now(qp);  /* nothing to send: owed and deferral both end */
 		} else if (!qp->ack_defer_ns && ack_defer(qp)) {
 			if (!now)
 				now = now_ns();
@@ -224,6 +229,19 @@ void responder_ack_now(struct uroce_qp *qp)
 		flush_owed_ack(qp);
 	qp->ack_owed = false;
 	qp->ack_defer_ns = 0;
+}
+
+/* A new or reset QP: no ACK owed, and ACKs may wait for a request to ride
+ * with (ack_defer) from the start.  Under qp->lock or before publication. */
+void responder_reset(struct uroce_qp *qp)
+{
+	qp->ack_owed = false;
+	qp->ack_defer_ns = 0;
+	qp->ack_late_ns = 0;
+	qp->ack_wait_us = 0;
+	qp->ack_ride_hits = ACK_RIDE_HITS_START;
+	qp->in_send = false;
+	qp_set_in_write(qp, false);
 }
 
 /* The QP is being destroyed (under rx_lock): off the deferred list, its owed

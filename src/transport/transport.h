@@ -68,6 +68,8 @@ void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b);
 void responder_request_follows(struct uroce_qp *qp);
 /* The owed ACK, if any, goes out now (responder.c). */
 void responder_ack_now(struct uroce_qp *qp);
+/* A new or reset QP's responder state: no ACK owed, no message under way. */
+void responder_reset(struct uroce_qp *qp);
 /* A QP being destroyed leaves the responder's bookkeeping (under rx_lock). */
 void responder_qp_gone(struct uroce_qp *qp);
 /* UD receive (§6.7, §9): Q_Key check, no PSN order, 40-byte GRH area. */

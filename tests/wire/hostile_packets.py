@@ -70,11 +70,11 @@ IBV_WC_SEND, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM = 0, 128, 129
 
 DROPS = ('icrc_errors', 'drop_truncated', 'drop_bad_header', 'drop_unknown_qp', 'drop_qp_state',
          'drop_wrong_peer', 'drop_psn_window', 'drop_qkey', 'drop_no_recv')
-# counters checked separately (rx) or derived from what the peer received (tx)
-# checked separately (rx/tx) or counting the engine's own rhythm, not what a
-# packet did: a timer scan or engine wake-up may fall into any step; whether
-# an owed ACK rode with a request or left alone at its deadline is timing too
-# (the ACK itself is checked: acks_tx and the responses the peer received)
+# counters checked separately (rx) or derived from what the peer received
+# (tx), or counting the engine's own rhythm, not what a packet did: a timer
+# scan, engine wake-up, sleep or spin may fall into any step; whether an owed
+# ACK rode with a request or left alone at its deadline is timing too (the
+# ACK itself is checked: acks_tx and the responses the peer received)
 LOOSE = ('rx_packets', 'rx_bytes', 'tx_packets', 'tx_bytes', 'timer_scans', 'engine_kicks',
          'acks_ridden', 'acks_deferred_late', 'engine_sleeps', 'engine_spin_no_cpu')
 
