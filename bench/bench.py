@@ -39,6 +39,7 @@ BW_METRICS = [
     ("uroce_write_bw", "uroce RDMA WRITE (ib_write_bw)"),
     ("uroce_read_bw", "uroce RDMA READ (ib_read_bw)"),
     ("uroce_send_bw", "uroce SEND (ib_send_bw)"),
+    ("uroce_write_bw_udp", "uroce RDMA WRITE by loopback UDP (UROCE_SHM=0)"),
     ("tcp_bw", "TCP (qperf tcp_bw)"),
     ("tcp_stream", "TCP stream (bench, blocking)"),
     ("udp_stream", "UDP stream (bench, blocking)"),
@@ -49,16 +50,26 @@ LAT_METRICS = [
     ("uroce_send_lat", "uroce SEND (ib_send_lat)"),
     ("uroce_write_lat", "uroce WRITE (ib_write_lat)"),
     ("uroce_read_lat", "uroce READ (ib_read_lat, RTT)"),
+    ("uroce_send_lat_udp", "uroce SEND by loopback UDP (UROCE_SHM=0)"),
+    ("uroce_write_lat_udp", "uroce WRITE by loopback UDP (UROCE_SHM=0)"),
+    ("uroce_read_lat_udp", "uroce READ by loopback UDP (UROCE_SHM=0, RTT)"),
     ("qperf_tcp_lat", "TCP blocking (qperf tcp_lat, mean)"),
     ("tcp_pp_blocking", "TCP blocking ping-pong (bench)"),
     ("tcp_pp_busy", "TCP busy-poll ping-pong (bench)"),
     ("udp_pp_blocking", "UDP blocking ping-pong (bench)"),
     ("udp_pp_busy", "UDP busy-poll ping-pong (bench)"),
+    ("shm_pp_busy", "shared-memory busy-poll ping-pong (bench, the bound)"),
     ("memcpy_warm", "memcpy per copy, warm"),
     ("memcpy_cold", "memcpy per copy, cold"),
 ]
-PERFTEST_BW = {"uroce_write_bw": "ib_write_bw", "uroce_read_bw": "ib_read_bw", "uroce_send_bw": "ib_send_bw"}
-PERFTEST_LAT = {"uroce_send_lat": "ib_send_lat", "uroce_write_lat": "ib_write_lat", "uroce_read_lat": "ib_read_lat"}
+# uroce reaches another uroce process of the host through shared-memory rings;
+# the *_udp metrics run the same tools with UROCE_SHM=0 (loopback UDP, the
+# path to other hosts, namespaces, rxe and NICs)
+PERFTEST_BW = {"uroce_write_bw": "ib_write_bw", "uroce_read_bw": "ib_read_bw", "uroce_send_bw": "ib_send_bw",
+               "uroce_write_bw_udp": "ib_write_bw"}
+PERFTEST_LAT = {"uroce_send_lat": "ib_send_lat", "uroce_write_lat": "ib_write_lat", "uroce_read_lat": "ib_read_lat",
+                "uroce_send_lat_udp": "ib_send_lat", "uroce_write_lat_udp": "ib_write_lat",
+                "uroce_read_lat_udp": "ib_read_lat"}
 ATOMICS = [("uroce_atomic_fadd", "FETCH_AND_ADD"), ("uroce_atomic_cas", "CMP_AND_SWAP")]
 
 
@@ -210,6 +221,7 @@ class Bench:
         self.bindir = os.path.join(self.root, "build", "bin")
         self.uroce = os.path.join(self.bindir, "uroce")
         self.pp_bin = os.path.join(self.bindir, "tcp_pingpong")
+        self.shm_pp_bin = os.path.join(self.bindir, "shm_pingpong")
         self.memcpy = os.path.join(self.bindir, "memcpy_bw")
         self.out = os.path.abspath(args.out)
         self.logdir = os.path.join(self.out, "logs")
@@ -221,7 +233,7 @@ class Bench:
         self.reps = 1 if args.quick else args.reps
         self.sizes = args.sizes
         self.t_start = time.monotonic()
-        self.budget = args.budget if args.budget else (80.0 if self.quick else 560.0)
+        self.budget = args.budget if args.budget else (100.0 if self.quick else 800.0)
         self.used_ports = set()
         self.runs = []
         self.est = {}  # (metric, size) -> seconds per iteration
@@ -290,11 +302,11 @@ class Bench:
             return True
         return False
 
-    def run_pair(self, tag, server_argv, client_argv, ready, client_timeout, server_grace=10.0):
+    def run_pair(self, tag, server_argv, client_argv, ready, client_timeout, server_grace=10.0, env=None):
         """Start the server, wait until ready(server) is true, run the client.
         Returns (ok, reason, server, client)."""
         client_timeout = max(3.0, min(client_timeout, self.remaining() + 15.0))
-        srv = Proc(server_argv, self.logbase(tag + "_server"))
+        srv = Proc(server_argv, self.logbase(tag + "_server"), env)
         t_end = time.monotonic() + 15.0
         while not ready(srv):
             if srv.poll():
@@ -303,7 +315,7 @@ class Bench:
                 srv.kill()
                 return False, "server not ready after 15 s: %s" % srv.tail(), srv, None
             time.sleep(0.01)
-        cli = Proc(client_argv, self.logbase(tag + "_client"))
+        cli = Proc(client_argv, self.logbase(tag + "_client"), env)
         if not cli.wait(client_timeout):
             cli.kill()
             srv.kill()
@@ -322,8 +334,12 @@ class Bench:
     def perftest(self, tool, opts, tag, timeout):
         port = self.free_port()
         base = [self.uroce, "run", "--", tool, "-p", str(port), "-F"] + opts
-        ok, reason, srv, cli = self.run_pair(tag, base, base + ["127.0.0.1"], lambda s: listening_tcp(port), timeout)
-        return ok, reason, srv, cli, " ".join(base + ["127.0.0.1"])
+        env, prefix = None, ""
+        if "_udp_" in tag:  # the metric's name ends in _udp
+            env, prefix = dict(os.environ, UROCE_SHM="0"), "UROCE_SHM=0 "
+        ok, reason, srv, cli = self.run_pair(tag, base, base + ["127.0.0.1"], lambda s: listening_tcp(port), timeout,
+                                             env=env)
+        return ok, reason, srv, cli, prefix + " ".join(base + ["127.0.0.1"])
 
     @staticmethod
     def parse_perftest(text, size):
@@ -431,7 +447,7 @@ class Bench:
         if not f or len(f) < 8:
             return self.record(metric, size, rep, False, reason="no result line in output: " + cli.tail(), cmd=cmd)
         # bytes iters t_min t_max t_typical t_avg t_stdev 99% 99.9%
-        per_iter = f[5] * 1e-6 * (1 if metric == "uroce_read_lat" else 2)
+        per_iter = f[5] * 1e-6 * (1 if metric.startswith("uroce_read_lat") else 2)
         self.est[(metric, size)] = per_iter
         vals = dict(lat_median_us=f[4], lat_p99_us=f[7], lat_mean_us=f[5], lat_min_us=f[2], lat_max_us=f[3],
                     lat_p999_us=f[8] if len(f) > 8 else None, iters=int(f[1]),
@@ -593,6 +609,23 @@ class Bench:
         vals.update(cpu_client_s=c.cpu, cpu_server_s=s.cpu)
         return self.record(metric, size, rep, True, vals, cmd=cmd)
 
+    def shm_pingpong(self, metric, size, rep):
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        argv = [self.shm_pp_bin, "-s", str(size), "-D", str(self.cfg["pp_s"]), "-w", "100"]
+        p = Proc(argv, self.logbase("%s_%d_%s" % (metric, size, rep)))
+        cmd = " ".join(argv)
+        if not p.wait(30 + 2 * self.cfg["pp_s"]):
+            p.kill()
+            return self.record(metric, size, rep, False, reason="hung: " + p.tail(), cmd=cmd)
+        kv = self.parse_result(p.out(), mode="pingpong")
+        if p.rc != 0 or not kv or not kv.get("iters"):
+            return self.record(metric, size, rep, False, reason="rc %s: %s" % (p.rc, p.tail()), cmd=cmd)
+        vals = {k: kv.get(k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us", "lat_min_us", "lat_max_us",
+                                       "iters")}
+        vals.update(cpu_client_s=p.cpu)
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
     def stream(self, metric, size, rep):
         if self.skip_if_out_of_time(metric, size, rep):
             return
@@ -719,11 +752,12 @@ class Bench:
                 for metric in ("tcp_stream", "udp_stream"):
                     self.guard(self.stream, metric, size, rep, metric, size, rep)
                 for metric in PERFTEST_LAT:
-                    if metric == "uroce_send_lat" or size in write_read_lat_sizes:
+                    if metric.startswith("uroce_send_lat") or size in write_read_lat_sizes:
                         self.guard(self.uroce_lat, metric, size, rep, metric, size, rep)
                 self.guard(self.qperf_test, "qperf_tcp_lat", size, rep, "qperf_tcp_lat", "tcp_lat", size, rep)
                 for metric in ("tcp_pp_blocking", "tcp_pp_busy", "udp_pp_blocking", "udp_pp_busy"):
                     self.guard(self.pingpong, metric, size, rep, metric, size, rep)
+                self.guard(self.shm_pingpong, "shm_pp_busy", size, rep, "shm_pp_busy", size, rep)
             for metric, op in ATOMICS:
                 self.guard(self.uroce_atomic, metric, 8, rep, metric, op, rep)
         if self.qperf:
@@ -888,7 +922,8 @@ def tables(b):
                      str((b.summary.get(metric, {}).get("8") or {}).get("n_ok", 0)), b.status(metric, 8)])
     for metric, tool in PERFTEST_LAT.items():
         med, p99 = b.get(metric, 2, "lat_median_us"), b.get(metric, 2, "lat_p99_us")
-        rows.append(["%s -s 2: median / p99" % tool, "%s / %s us" % (num(med), num(p99)),
+        rows.append(["%s -s 2%s: median / p99" % (tool, " (UROCE_SHM=0)" if metric.endswith("_udp") else ""),
+                     "%s / %s us" % (num(med), num(p99)),
                      str((b.summary.get(metric, {}).get("2") or {}).get("n_ok", 0)), b.status(metric, 2)])
     for metric, label in (("idle_ib_write_bw_server", "idle CPU, ib_write_bw server waiting (device open)"),
                           ("idle_rc_pingpong_server", "idle CPU, ibv_rc_pingpong server waiting (QP + recvs posted)")):

@@ -44,7 +44,13 @@
 	X(engine_kicks, "engine wake-ups asked for by another thread (an earlier deadline, a hand-back)") \
 	X(timer_scans, "scans of the QP timers") \
 	X(engine_sleeps, "engine sleeps on the sockets once traffic was seen") \
-	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)")
+	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)") \
+	X(shm_packets_tx, "packets sent through same-host rings (counted in tx_packets too)") \
+	X(shm_packets_rx, "packets received from same-host rings (counted in rx_packets too)") \
+	X(shm_ring_full, "packets lost: the peer's same-host ring was full") \
+	X(shm_doorbells_tx, "wake-up datagrams sent to a peer whose engine slept") \
+	X(shm_doorbells_rx, "wake-up datagrams received") \
+	X(shm_bad, "same-host ring entries dropped: impossible count or length")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

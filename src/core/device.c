@@ -239,6 +239,8 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->handoff_defer = e && !strcmp(e, "defer");
 	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 3000);
 	cfg->ack_defer_us = env_uint("UROCE_ACK_DEFER_US", 20);
+	e = getenv("UROCE_SHM");
+	cfg->shm = !e || *e != '0';
 	return 0;
 }
 
@@ -261,6 +263,8 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	fprintf(f, "  active_mtu    %d (%s; UROCE_MTU sets it)\n", 128 << cfg->active_mtu, cfg->mtu_from);
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
 	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
+	fprintf(f, "  same host     %s (UROCE_SHM)\n", cfg->shm ?
+		"shared-memory rings to uroce processes of this network namespace" : "off: UDP to every peer");
 	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
 	fprintf(f, "  hand-off      %s: a polling application keeps the engine off the sockets for %u us (UROCE_HANDOFF, UROCE_POLL_GRACE_US)\n",
 		cfg->handoff_defer ? "defer" : "grace", cfg->poll_grace_us);

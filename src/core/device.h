@@ -32,6 +32,7 @@ struct uroce_config {
 				  * off the sockets this long */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer (engine.c) */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
+	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
 	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
 				  * request of its QP to ride with (responder.c); 0 = never */
 };
@@ -54,6 +55,7 @@ struct uroce_dev {
 	pthread_t engine;
 	bool engine_running;
 	bool engine_rt;                /* SCHED_FIFO: wakes fast */
+	bool engine_fair;              /* a real-time engine spinning as SCHED_OTHER (engine thread only) */
 	int ncpus;                     /* CPUs this process may run on */
 	int loadavg_fd;                /* /proc/loadavg: may the engine spin? (engine.c) */
 	int epfd, kick_fd;

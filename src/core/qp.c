@@ -557,7 +557,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	if ((mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) && next >= IBV_QPS_RTR && next != IBV_QPS_ERR) {
 		uint16_t sport = roce_udp_sport(qp->attr.ah_attr.grh.flow_label, qp->qpn, qp->attr.dest_qp_num);
 		if (!qp->flow || sport != qp->sport) {
-			struct uroce_flow *f = net_flow_open(dev->net, qp->sgid, sport);
+			struct uroce_flow *f = net_flow_open(dev->net, qp->sgid, sport,
+							       qp->type == IBV_QPT_UD ? NULL : qp->dgid);
 			if (!f) {
 				rc = errno ? errno : ENOMEM;
 				goto out;

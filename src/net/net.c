@@ -43,9 +43,10 @@ void net_destroy(struct uroce_net *net)
 	free(net);
 }
 
-struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport)
+struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
+				 const uint8_t *peer)
 {
-	return net->ops->flow_open(net, sgid, sport);
+	return net->ops->flow_open(net, sgid, sport, peer);
 }
 
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
@@ -138,6 +139,11 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 void net_rx_ip_meta(struct uroce_net *net, bool on)
 {
 	net->ops->rx_ip_meta(net, on || net->pcap);
+}
+
+void net_rx_sleeping(struct uroce_net *net, bool sleeping)
+{
+	net->ops->rx_sleeping(net, sleeping);
 }
 
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)

@@ -46,8 +46,11 @@ struct uroce_net_ops {
 	const char *name;
 	int (*open)(struct uroce_net *net);
 	void (*close)(struct uroce_net *net);
-	/* A transmit flow: source GID and UDP source port of one QP. */
-	struct uroce_flow *(*flow_open)(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport);
+	/* A transmit flow: source GID and UDP source port of one QP; `peer`
+	 * is the destination of a connected QP (NULL for UD), which the
+	 * flow reaches through a same-host ring when it can (shm.h). */
+	struct uroce_flow *(*flow_open)(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
+					const uint8_t *peer);
 	void (*flow_close)(struct uroce_flow *flow);
 	int (*send)(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos,
 		    struct uroce_txmsg *msgs, int n);
@@ -61,6 +64,10 @@ struct uroce_net_ops {
 	 * GRH a UD receive gets, the pcap tap) or not; the dgid is always
 	 * reported. */
 	void (*rx_ip_meta)(struct uroce_net *net, bool on);
+	/* The engine is about to sleep on the sockets (true; a receive call
+	 * follows before it sleeps) or has woken (false): packets that come
+	 * by another way than the sockets must then wake it. */
+	void (*rx_sleeping)(struct uroce_net *net, bool sleeping);
 };
 
 struct uroce_net {
@@ -73,19 +80,24 @@ struct uroce_net {
 	 * or left a socket unread).  False lets a poll loop skip the empty
 	 * receive call that would only confirm it (0.25 us per message). */
 	bool rx_more;
+	/* the engine woke for its sockets: the next recv reads them, even
+	 * when same-host rings let it read them only every few calls */
+	atomic_bool rx_sockets_due;
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
 };
 
 struct uroce_net *net_create(struct uroce_dev *dev);
 void net_destroy(struct uroce_net *net);
-struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport);
+struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
+				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
 /* Sends with fault injection, pcap and counters applied. */
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 void net_rx_ip_meta(struct uroce_net *net, bool on);
+void net_rx_sleeping(struct uroce_net *net, bool sleeping);
 /* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */
 bool net_fault_tx(struct uroce_net *net);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);

@@ -7,7 +7,12 @@
  *
  * ICRC note (§4.2): the kernel picks the IPv4 Identification, which the ICRC
  * covers.  An unconnected socket that sets DF gets ID 0, which is what the
- * transport assumes when it computes the ICRC. */
+ * transport assumes when it computes the ICRC.
+ *
+ * A connected flow whose peer is a uroce process of this network namespace
+ * sends through a same-host ring (shm.h) instead; the receive call takes
+ * the rings first and the sockets every SOCKET_EVERY-th call while a ring
+ * is in use. */
 #include "net.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +27,7 @@
 #include <unistd.h>
 #include "../transport/hdr.h"
 #include "../transport/icrc.h"
+#include "shm.h"
 #include <sys/syscall.h>
 
 /* sendmmsg/recvmmsg as bare system calls: glibc's wrappers are
@@ -58,7 +64,20 @@ struct udp_priv {
 	struct iovec iov[UROCE_RX_BUFS];
 	struct sockaddr_storage from[UROCE_RX_BUFS];
 	uint8_t cbuf[UROCE_RX_BUFS][192];
+	struct shm_rx *shm[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
+	unsigned shm_polls;
 };
+
+/* While rings are in use an empty receive call reads the rings alone (tens
+ * of ns) and the sockets (0.3-1 us) every SOCKET_EVERY-th time: a UDP
+ * peer's packet then waits at most that many ring polls (a few us), and a
+ * ring packet rarely comes while the poller sits in recvmmsg. */
+#define SOCKET_EVERY 64
+
+/* The doorbell a same-host sender rings (shm.h): shorter than any RoCE
+ * packet, so nothing else could be taken for it; anything else that short
+ * is dropped as truncated. */
+static const uint8_t shm_doorbell[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
 
 /* A QP's transmit socket, with room to gather a batch into GSO sends. Used
  * under its QP's lock only. */
@@ -66,6 +85,11 @@ struct uroce_flow {
 	int fd;
 	bool v4;
 	int tos;
+	struct uroce_net *net;
+	struct shm_tx *shm;          /* a ring in the peer's region, for shm_gid */
+	uint8_t shm_gid[16];
+	uint8_t sgid[16];            /* what a ring packet says it came from */
+	uint16_t sport;
 	struct mmsghdr mm[UROCE_TX_BATCH];
 	union {
 		char buf[CMSG_SPACE(sizeof(uint16_t))];
@@ -235,6 +259,9 @@ static int udp_open(struct uroce_net *net)
 			p->rx_fd[p->nrx++] = fd;
 		}
 	}
+	if (cfg->shm)
+		for (int i = 0; i < p->nrx; i++)
+			p->shm[i] = shm_rx_open(cfg->gids[i]);
 	for (int i = 0; i < UROCE_RX_BUFS; i++) {
 		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
 		p->iov[i].iov_len = UROCE_RX_BUFSZ;
@@ -264,18 +291,20 @@ static void udp_close(struct uroce_net *net)
 
 	if (!p)
 		return;
-	for (int i = 0; i < p->nrx; i++)
+	for (int i = 0; i < p->nrx; i++) {
+		shm_rx_close(p->shm[i]);
 		close(p->rx_fd[i]);
+	}
 	free(p->bufs);
 	free(p);
 	net->priv = NULL;
 }
 
-static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport)
+static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
+					const uint8_t *peer)
 {
 	struct uroce_flow *f = calloc(1, sizeof(*f));
 
-	(void)net;
 	if (!f)
 		return NULL;
 	f->fd = udp_socket(sgid, sport, true, false);
@@ -291,6 +320,14 @@ static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgi
 	}
 	f->v4 = gid_is_ipv4(sgid);
 	f->tos = 0;
+	f->net = net;
+	memcpy(f->sgid, sgid, 16);
+	f->sport = sport;
+	if (peer && net->dev->cfg.shm) {
+		f->shm = shm_tx_attach(peer);
+		if (f->shm)
+			memcpy(f->shm_gid, peer, 16);
+	}
 	return f;
 }
 
@@ -298,6 +335,7 @@ static void udp_flow_close(struct uroce_flow *f)
 {
 	if (!f)
 		return;
+	shm_tx_detach(f->shm);
 	close(f->fd);
 	free(f);
 }
@@ -309,6 +347,22 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 	socklen_t sl;
 	int sent = 0;
 
+	if (f->shm && !memcmp(dgid, f->shm_gid, 16)) {
+		bool doorbell;
+		struct uroce_dev *dev = f->net->dev;
+		sent = shm_tx_send(f->shm, f->sgid, f->sport, tos, msgs, n, &doorbell);
+		dev_count(dev, UC_shm_packets_tx, (uint64_t)sent);
+		if (sent < n)
+			dev_count(dev, UC_shm_ring_full, (uint64_t)(n - sent));
+		if (doorbell) {
+			/* the peer's engine sleeps on its sockets: a doorbell datagram
+			 * wakes it (udp_recv skips it) */
+			gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
+			if (sendto(f->fd, shm_doorbell, sizeof(shm_doorbell), 0, (struct sockaddr *)&ss, sl) > 0)
+				dev_count(dev, UC_shm_doorbells_tx, 1);
+		}
+		return sent;
+	}
 	if (tos != f->tos) {
 		int t = tos;
 		if (f->v4)
@@ -414,8 +468,30 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 {
 	struct udp_priv *p = net->priv;
 	int got = 0, used = 0, k;
+	bool rings = false;
 
 	net->rx_more = false;
+	for (k = 0; k < p->nrx; k++) {
+		if (!shm_rx_active(p->shm[k]))
+			continue;
+		uint64_t bad = 0;
+		int room = max - got - UROCE_GRO_MAX_SEGS; /* a socket's bundle still fits */
+		if (room <= 0) {
+			net->rx_more = true;
+			break;
+		}
+		int r = shm_rx_poll(p->shm[k], pkts + got, room, &net->rx_more, &bad);
+		rings = true;
+		got += r;
+		dev_count(net->dev, UC_shm_packets_rx, (uint64_t)r);
+		if (bad)
+			dev_count(net->dev, UC_shm_bad, bad);
+	}
+	if (rings && !atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed) &&
+	    ++p->shm_polls % SOCKET_EVERY)
+		return got;
+	if (atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed))
+		atomic_store_explicit(&net->rx_sockets_due, false, memory_order_relaxed);
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
 	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
@@ -440,6 +516,12 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 			parse_cmsgs(h, &tmpl, &gso);
 			if (h->msg_flags & MSG_TRUNC)
 				len = 0; /* larger than any RoCE packet: dropped as truncated */
+			else if (len == sizeof(shm_doorbell) && !memcmp(buf, shm_doorbell, len)) {
+				/* a same-host peer's doorbell: it woke the engine */
+				dev_count(net->dev, UC_shm_doorbells_rx, 1);
+				rx_hdr_reset(p, i);
+				continue;
+			}
 			rx_hdr_reset(p, i);
 			uint32_t seg = gso > 0 && (uint32_t)gso < len ? (uint32_t)gso : (len ? len : 1);
 			uint16_t idx = 0;
@@ -505,6 +587,14 @@ static void udp_rx_ip_meta(struct uroce_net *net, bool on)
 	}
 }
 
+static void udp_rx_sleeping(struct uroce_net *net, bool sleeping)
+{
+	struct udp_priv *p = net->priv;
+
+	for (int i = 0; i < p->nrx; i++)
+		shm_rx_sleeping(p->shm[i], sleeping);
+}
+
 const struct uroce_net_ops uroce_udp_ops = {
 	.name = "udp",
 	.open = udp_open,
@@ -516,4 +606,5 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.recv_done = udp_recv_done,
 	.add_fds = udp_add_fds,
 	.rx_ip_meta = udp_rx_ip_meta,
+	.rx_sleeping = udp_rx_sleeping,
 };

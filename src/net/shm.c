@@ -1,0 +1,503 @@
+/* Same-host rings (shm.h, docs/architecture.md "Same-host rings").
+ *
+ * Region layout: a header (ring control words, each on its own cache line)
+ * and SHM_RINGS rings of SHM_UNITS 64-byte units.  A ring has one producer
+ * (the flow that claimed it) and one consumer (the region's owner).  A
+ * packet is a record of whole units, never wrapping (a skip record fills
+ * the end of the ring): a 32-byte header, then the packet.  The header's
+ * seq, stored last, is the record's position + 1 (positions are
+ * free-running unit counters), so the consumer learns that a record is
+ * there from the very cache line that carries it -- a small packet is one
+ * line, one transfer between the cores -- and a stale record of an earlier
+ * lap never matches.  The consumer publishes its tail for the producer's
+ * room check.  Neither side trusts the other: the producer keeps its
+ * position privately and writes only inside its ring; the consumer bounds
+ * every length it reads and copies a packet out before the transport
+ * looks at it.
+ *
+ * Lifetime: the owner holds an exclusive flock on the region for its life,
+ * so a free lock means a dead owner (a region left by a killed process is
+ * removed by the next device that opens).  A ring's pages are allocated
+ * (fallocate) when a flow claims it, so a full /dev/shm refuses the claim
+ * and the flow uses UDP, instead of a write into the mapping faulting. */
+#include "shm.h"
+#include "net.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x78722d65636f7275ull /* "uroce-rx" */
+#define SHM_VERSION 1
+#define SHM_RINGS 32
+#define SHM_UNIT 64
+#define SHM_UNITS 32768          /* 2 MiB: a QP's window (128 packets of 4 KiB) and READ responses */
+#define SHM_PKT_MAX 4288         /* the largest packet at MTU 4096 with its headers */
+#define SHM_RX_BATCH 64          /* packets copied out per region and poll */
+
+struct shm_rec_hdr {
+	_Atomic uint32_t seq;    /* position + 1, stored last */
+	uint32_t len;            /* UDP payload bytes: BTH .. ICRC; 0 with units: a skip record */
+	uint16_t units;          /* the record's size */
+	uint16_t sport;          /* the UDP source port the packet would have had */
+	uint16_t ip_id;          /* the IPv4 ID its ICRC was computed with */
+	uint8_t tos;
+	uint8_t pad;
+	uint8_t sgid[16];
+};
+_Static_assert(sizeof(struct shm_rec_hdr) == 32, "half a unit");
+
+struct shm_ring_ctl {
+	alignas(64) _Atomic uint32_t tail;   /* consumer: units taken */
+	alignas(64) _Atomic uint32_t owner;  /* producing process, 0: free */
+};
+
+struct shm_region {
+	uint64_t magic;
+	uint32_t version, owner_pid;
+	uint32_t nrings, nunits, unit, reserved;
+	uint8_t gid[16];
+	alignas(64) _Atomic uint32_t rx_sleeping; /* the owner's engine sleeps on its sockets */
+	alignas(64) _Atomic uint32_t ring_mask;   /* claimed rings */
+	struct shm_ring_ctl ring[SHM_RINGS];
+};
+
+#define SHM_HDR_BYTES ((sizeof(struct shm_region) + 4095) & ~(size_t)4095)
+#define SHM_RING_BYTES ((size_t)SHM_UNITS * SHM_UNIT)
+#define SHM_REGION_BYTES (SHM_HDR_BYTES + (size_t)SHM_RINGS * SHM_RING_BYTES)
+_Static_assert(SHM_RING_BYTES % 4096 == 0, "rings are mapped page by page");
+_Static_assert(SHM_PKT_MAX >= 4096 + 64 + 4 + 3, "a record holds a packet at MTU 4096 with its headers");
+
+struct shm_rx {
+	struct shm_region *r;
+	int fd;                          /* holds the owner's lock */
+	char path[96];
+	uint8_t gid[16];
+	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
+	uint32_t populated;              /* rings whose pages this mapping has */
+	uint32_t broken;                 /* rings whose producer wrote nonsense: not read */
+	unsigned rr;
+	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
+};
+
+struct shm_tx {
+	struct shm_region *r;            /* header only */
+	uint8_t *ring;                   /* this flow's ring */
+	struct shm_ring_ctl *ctl;
+	unsigned idx;
+	uint32_t head, tail_seen;
+	int fd;
+};
+
+/* Regions are per network namespace: an address means a socket of this
+ * namespace only (a veth peer in another one is reached by UDP). */
+static int region_path(const uint8_t gid[16], char *out, size_t n)
+{
+	struct stat st;
+
+	if (stat("/proc/self/ns/net", &st) < 0)
+		return -1;
+	int k = snprintf(out, n, "/dev/shm/uroce-rx.%llu.", (unsigned long long)st.st_ino);
+	for (int i = 0; i < 16 && k + 2 < (int)n; i++)
+		k += snprintf(out + k, n - (size_t)k, "%02x", gid[i]);
+	return 0;
+}
+
+/* Map a ring's pages now: the first pass over a ring would otherwise take
+ * a page fault per slot on both sides (~4 us per message in ib_send_lat's
+ * first 300 iterations, measured). */
+static void populate(void *p, size_t len, bool write)
+{
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+	if (madvise(p, len, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+		return;
+	/* before Linux 5.14: touch a byte of every page */
+	for (size_t off = 0; off < len; off += 4096)
+		(void)*(volatile uint8_t *)((uint8_t *)p + off);
+}
+
+void shm_sweep_stale_regions(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "uroce-rx.", 9))
+			continue;
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		/* free lock: its owner is gone (a region being set up is
+		 * locked before it is renamed into place) */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dirfd(d), e->d_name, 0);
+		close(fd);
+	}
+	closedir(d);
+}
+
+struct shm_rx *shm_rx_open(const uint8_t gid[16])
+{
+	struct shm_rx *rx = calloc(1, sizeof(*rx));
+	char tmp[112];
+	void *m = MAP_FAILED;
+
+	if (!rx)
+		return NULL;
+	rx->fd = -1;
+	if (region_path(gid, rx->path, sizeof(rx->path)) < 0)
+		goto fail;
+	shm_sweep_stale_regions();
+	snprintf(tmp, sizeof(tmp), "%s.%d", rx->path, (int)getpid());
+	rx->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (rx->fd < 0)
+		goto fail;
+	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
+	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0)
+		goto fail_unlink;
+	m = mmap(NULL, SHM_REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rx->fd, 0);
+	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
+	if (m == MAP_FAILED || !rx->bufs)
+		goto fail_unlink;
+	rx->r = m;
+	rx->r->version = SHM_VERSION;
+	rx->r->owner_pid = (uint32_t)getpid();
+	rx->r->nrings = SHM_RINGS;
+	rx->r->nunits = SHM_UNITS;
+	rx->r->unit = SHM_UNIT;
+	memcpy(rx->r->gid, gid, 16);
+	memcpy(rx->gid, gid, 16);
+	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+	/* binding the address made it ours: a region left under this name
+	 * by a process that died is replaced whole */
+	if (rename(tmp, rx->path) < 0)
+		goto fail_unlink;
+	return rx;
+fail_unlink:
+	unlink(tmp);
+fail:
+	if (m != MAP_FAILED)
+		munmap(m, SHM_REGION_BYTES);
+	if (rx->fd >= 0)
+		close(rx->fd);
+	free(rx->bufs);
+	free(rx);
+	return NULL;
+}
+
+void shm_rx_close(struct shm_rx *rx)
+{
+	struct stat a, b;
+
+	if (!rx)
+		return;
+	__atomic_store_n(&rx->r->magic, 0, __ATOMIC_RELEASE);
+	/* the name may already be another live owner's (ours died and was
+	 * replaced): remove only our own file */
+	if (stat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino)
+		unlink(rx->path);
+	munmap(rx->r, SHM_REGION_BYTES);
+	close(rx->fd);
+	free(rx->bufs);
+	free(rx);
+}
+
+bool shm_rx_active(const struct shm_rx *rx)
+{
+	return rx && atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
+}
+
+void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
+{
+	if (!rx)
+		return;
+	atomic_store_explicit(&rx->r->rx_sleeping, sleeping, memory_order_relaxed);
+	/* Dekker with shm_tx_send: either its publication is seen by the poll
+	 * that follows, or it sees this flag and rings the doorbell */
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Ring i gave nothing this time: if its producer has given it back and
+ * everything it sent has been taken (or it is broken), return it to the
+ * free rings.  The producer stored owner 0 after its last record, so an
+ * owner of 0 read here makes every record it sent visible.  A claim made
+ * meanwhile shows as an owner again, and the ring stays in use. */
+static void ring_release_if_done(struct shm_rx *rx, unsigned i, const uint8_t *ring)
+{
+	struct shm_ring_ctl *ctl = &rx->r->ring[i];
+	const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(rx->tail[i] % SHM_UNITS) * SHM_UNIT);
+
+	if (atomic_load(&ctl->owner) != 0)
+		return;
+	if (!(rx->broken & (1u << i)) && atomic_load_explicit(&rec->seq, memory_order_acquire) == rx->tail[i] + 1)
+		return;  /* its last records: the next poll takes them */
+	atomic_fetch_and(&rx->r->ring_mask, ~(1u << i));
+	rx->broken &= ~(1u << i);
+	if (atomic_load(&ctl->owner) != 0)
+		atomic_fetch_or(&rx->r->ring_mask, 1u << i);
+}
+
+int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
+{
+	uint32_t mask = atomic_load_explicit(&rx->r->ring_mask, memory_order_acquire);
+	int got = 0;
+
+	if (!mask)
+		return 0;
+	if (mask & ~rx->populated) {
+		for (unsigned i = 0; i < SHM_RINGS; i++)
+			if (mask & ~rx->populated & (1u << i))
+				populate((uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES, SHM_RING_BYTES, false);
+		rx->populated |= mask;
+	}
+	if (max > SHM_RX_BATCH)
+		max = SHM_RX_BATCH;
+	/* start at a different ring each call: one busy ring does not starve the rest */
+	unsigned start = rx->rr++ % SHM_RINGS;
+	for (unsigned k = 0; k < SHM_RINGS; k++) {
+		unsigned i = (start + k) % SHM_RINGS;
+		if (!(mask & (1u << i)))
+			continue;
+		if (got == max) {
+			*more = true;
+			break;
+		}
+		const uint8_t *ring = (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES;
+		uint32_t tail = rx->tail[i], taken = tail;
+		if (rx->broken & (1u << i)) {
+			ring_release_if_done(rx, i, ring);
+			continue;
+		}
+		while (got < max) {
+			uint32_t at = tail % SHM_UNITS;
+			const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)at * SHM_UNIT);
+			if (atomic_load_explicit(&rec->seq, memory_order_acquire) != tail + 1)
+				break;  /* not written yet (or by an earlier lap) */
+			struct shm_rec_hdr h;
+			memcpy(&h, rec, sizeof(h));
+			uint32_t units = h.units;
+			if (!units || units > SHM_UNITS - at) {
+				/* no honest producer writes this: the ring is not
+				 * read again until it is given back */
+				(*bad)++;
+				rx->broken |= 1u << i;
+				break;
+			}
+			tail += units;
+			if (!h.len)
+				continue;  /* skip record: the ring's end */
+			uint32_t len = h.len;
+			if (len > SHM_PKT_MAX || sizeof(h) + len > (size_t)units * SHM_UNIT) {
+				(*bad)++;
+				len = 0;  /* dropped as truncated */
+			}
+			struct uroce_rxpkt *pk = &pkts[got++];
+			pk->buf = rx->bufs + (size_t)(got - 1) * SHM_PKT_MAX;
+			memcpy(pk->buf, rec + 1, len);
+			pk->len = len;
+			memcpy(pk->sgid, h.sgid, 16);
+			memcpy(pk->dgid, rx->gid, 16);
+			pk->sport = h.sport;
+			pk->tos = h.tos;
+			pk->ttl = 64;
+			pk->ip_id_hint = h.ip_id;
+		}
+		if (tail != taken) {
+			rx->tail[i] = tail;
+			atomic_store_explicit(&rx->r->ring[i].tail, tail, memory_order_release);
+		} else {
+			ring_release_if_done(rx, i, ring);
+		}
+		if (got == max)
+			*more = true;
+	}
+	return got;
+}
+
+/* A ring of the region open at fd, its pages allocated (a full /dev/shm
+ * refuses here rather than faulting later) and mapped. */
+static uint8_t *ring_map(int fd, unsigned idx)
+{
+	off_t off = (off_t)(SHM_HDR_BYTES + (size_t)idx * SHM_RING_BYTES);
+
+	if (fallocate(fd, 0, off, (off_t)SHM_RING_BYTES) < 0)
+		return NULL;
+	void *ring = mmap(NULL, SHM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	if (ring == MAP_FAILED)
+		return NULL;
+	populate(ring, SHM_RING_BYTES, true);
+	return ring;
+}
+
+/* Is the region's owner alive?  It holds the lock exclusively. */
+static bool owner_alive(int fd)
+{
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+		return false;
+	}
+	return errno == EWOULDBLOCK;
+}
+
+struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
+{
+	char path[96];
+	struct stat st;
+	struct shm_tx *tx;
+	uint32_t me = (uint32_t)getpid();
+
+	if (region_path(dgid, path, sizeof(path)) < 0)
+		return NULL;
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || st.st_size != (off_t)SHM_REGION_BYTES || st.st_uid != geteuid() ||
+	    !owner_alive(fd)) {
+		close(fd);
+		return NULL;
+	}
+	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r == MAP_FAILED) {
+		close(fd);
+		return NULL;
+	}
+	if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
+	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT ||
+	    memcmp(r->gid, dgid, 16))
+		goto fail;
+	/* claim a free ring (given back and drained by the consumer), or one
+	 * whose producing process died once the consumer has taken all it
+	 * left (so that the consumer stands where we begin) */
+	unsigned idx;
+	uint8_t *ring = NULL;
+	for (idx = 0; idx < SHM_RINGS; idx++) {
+		uint32_t o = atomic_load(&r->ring[idx].owner);
+		if (!o && (atomic_load(&r->ring_mask) & (1u << idx)))
+			continue;  /* given back, its last records not yet taken */
+		if (o && (o == me || kill((pid_t)o, 0) == 0 || errno != ESRCH))
+			continue;
+		ring = ring_map(fd, idx);
+		if (!ring)
+			break;  /* /dev/shm is full: UDP */
+		uint32_t t = atomic_load(&r->ring[idx].tail);
+		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(t % SHM_UNITS) * SHM_UNIT);
+		if ((!o || atomic_load(&rec->seq) != t + 1) &&
+		    atomic_compare_exchange_strong(&r->ring[idx].owner, &o, me))
+			break;
+		munmap(ring, SHM_RING_BYTES);
+		ring = NULL;
+	}
+	tx = ring ? calloc(1, sizeof(*tx)) : NULL;
+	if (!tx) {
+		if (ring) {
+			munmap(ring, SHM_RING_BYTES);
+			atomic_store(&r->ring[idx].owner, 0);
+		}
+		goto fail;
+	}
+	tx->r = r;
+	tx->ring = ring;
+	tx->idx = idx;
+	tx->ctl = &r->ring[idx];
+	tx->fd = fd;
+	/* records start where the consumer stands; the bytes there are an
+	 * earlier lap's and must not be taken for a record of ours while we
+	 * write over them */
+	tx->head = tx->tail_seen = atomic_load(&tx->ctl->tail);
+	struct shm_rec_hdr *first = (void *)(tx->ring + (size_t)(tx->head % SHM_UNITS) * SHM_UNIT);
+	atomic_store(&first->seq, 0);
+	atomic_fetch_or(&r->ring_mask, 1u << idx);
+	return tx;
+fail:
+	munmap(r, SHM_HDR_BYTES);
+	close(fd);
+	return NULL;
+}
+
+void shm_tx_detach(struct shm_tx *tx)
+{
+	if (!tx)
+		return;
+	/* the consumer takes what is left and then frees the ring
+	 * (ring_release_if_done): the last ACK of a QP destroyed right after
+	 * it is still delivered */
+	atomic_store(&tx->ctl->owner, 0);
+	munmap(tx->ring, SHM_RING_BYTES);
+	munmap(tx->r, SHM_HDR_BYTES);
+	close(tx->fd);
+	free(tx);
+}
+
+/* Write the record at position pos (units long) and publish it.  The seq of
+ * the unit after it is cleared first, so that the consumer, arriving there,
+ * never takes a stale lap's bytes for a record (the room check keeps that
+ * unit free). */
+static void rec_publish(uint8_t *ring, uint32_t pos, struct shm_rec_hdr *h)
+{
+	struct shm_rec_hdr *rec = (void *)(ring + (size_t)(pos % SHM_UNITS) * SHM_UNIT);
+	struct shm_rec_hdr *next = (void *)(ring + (size_t)((pos + h->units) % SHM_UNITS) * SHM_UNIT);
+
+	atomic_store_explicit(&next->seq, 0, memory_order_relaxed);
+	memcpy((uint8_t *)rec + sizeof(rec->seq), (uint8_t *)h + sizeof(h->seq), sizeof(*h) - sizeof(h->seq));
+	atomic_store_explicit(&rec->seq, pos + 1, memory_order_release);
+}
+
+int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
+		const struct uroce_txmsg *msgs, int n, bool *doorbell)
+{
+	uint32_t head = tx->head;
+	int i;
+
+	*doorbell = false;
+	for (i = 0; i < n; i++) {
+		uint32_t len = msgs[i].len > SHM_PKT_MAX ? SHM_PKT_MAX : msgs[i].len; /* MTU <= 4096: never cut */
+		uint32_t units = (uint32_t)((sizeof(struct shm_rec_hdr) + len + SHM_UNIT - 1) / SHM_UNIT);
+		uint32_t at = head % SHM_UNITS;
+		uint32_t skip = at + units > SHM_UNITS ? SHM_UNITS - at : 0;
+		uint32_t need = skip + units + 1;
+		if (head - tx->tail_seen + need > SHM_UNITS) {
+			tx->tail_seen = atomic_load_explicit(&tx->ctl->tail, memory_order_acquire);
+			if (head - tx->tail_seen + need > SHM_UNITS)
+				break;  /* full (or a consumer that lies: the same) */
+		}
+		if (skip) {
+			struct shm_rec_hdr h = { .units = (uint16_t)skip };
+			rec_publish(tx->ring, head, &h);
+			head += skip;
+		}
+		uint8_t *d = tx->ring + (size_t)(head % SHM_UNITS) * SHM_UNIT + sizeof(struct shm_rec_hdr);
+		size_t off = 0;
+		for (int k = 0; k < msgs[i].iovcnt && off < len; k++) {
+			size_t l = msgs[i].iov[k].iov_len;
+			if (l > len - off)
+				l = len - off;
+			memcpy(d + off, msgs[i].iov[k].iov_base, l);
+			off += l;
+		}
+		struct shm_rec_hdr h = { .len = (uint32_t)off, .units = (uint16_t)units, .sport = sport,
+					 .ip_id = msgs[i].gso_idx, .tos = tos };
+		memcpy(h.sgid, sgid, 16);
+		rec_publish(tx->ring, head, &h);
+		head += units;
+	}
+	if (head != tx->head) {
+		tx->head = head;
+		atomic_thread_fence(memory_order_seq_cst);  /* see shm_rx_sleeping */
+		*doorbell = atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;
+	}
+	return i;
+}

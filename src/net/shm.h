@@ -1,0 +1,52 @@
+/* The same-host path: RoCEv2 packets through shared-memory rings instead of
+ * loopback UDP, between uroce processes of one network namespace (see
+ * docs/architecture.md, "Same-host rings").  The packets are the very bytes
+ * the UDP path sends (BTH .. ICRC, ICRC computed for the IPv4 ID the UDP
+ * path would have had), so the receive path, the pcap tap and fault
+ * injection are the same for both; only the loopback socket hop is gone.
+ *
+ * Every receive address (GID) of a device publishes one region,
+ * /dev/shm/uroce-rx.<netns inode>.<gid in hex>, of SHM_RINGS single-producer
+ * rings.  A connected QP's flow claims one ring in its peer's region when it
+ * opens and keeps it for its life, so each flow's packets keep their order
+ * and never mix paths.  A receiver whose engine sleeps on its sockets says
+ * so in the region; a sender that published into it then sends an 8-byte
+ * UDP datagram (a doorbell, udp.c) to wake it. */
+#ifndef UROCE_NET_SHM_H
+#define UROCE_NET_SHM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct uroce_txmsg;
+struct uroce_rxpkt;
+struct shm_rx;
+struct shm_tx;
+
+/* Receiver side: the region of one receive address; NULL when there is
+ * none (no /proc or /dev/shm, UROCE_SHM=0). */
+struct shm_rx *shm_rx_open(const uint8_t gid[16]);
+void shm_rx_close(struct shm_rx *rx);
+/* Does any sender hold a ring in it? */
+bool shm_rx_active(const struct shm_rx *rx);
+/* Up to max packets, each copied out of its ring into the region's private
+ * receive buffers (a sender must not change a packet under validation);
+ * *more is set when a ring holds more.  Counts packets that were not. */
+int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad);
+/* The engine is about to sleep on the sockets (true) or has woken.  After
+ * `true` the caller polls the rings once more before it sleeps. */
+void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
+
+/* Sender side: a ring in the region of dgid, claimed for one flow; NULL
+ * when dgid has no live region in this namespace or no ring is free. */
+struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
+void shm_tx_detach(struct shm_tx *tx);
+/* Copies msgs into the ring; returns how many fit (the rest are lost as on
+ * a full socket, and retransmission recovers them).  *doorbell: the
+ * receiver sleeps on its sockets and must be woken. */
+int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
+		const struct uroce_txmsg *msgs, int n, bool *doorbell);
+/* Removes regions whose owners died (their lock is free). */
+void shm_sweep_stale_regions(void);
+
+#endif

@@ -1,0 +1,97 @@
+#!/bin/bash
+# Same-host rings (src/net/shm.c) with Debian's unmodified ibv_rc_pingpong:
+#  1. two uroce processes of one namespace exchange every packet through the
+#     rings (UROCE_STATS: shm_packets_* are all of tx/rx_packets), nothing
+#     dropped, resent or timed out;
+#  2. with events (-e) and no engine spin (UROCE_SPIN_US=0) the engines
+#     sleep on their sockets between messages, so senders must wake them with
+#     doorbells: some are rung and no ACK times out (a lost wake-up shows as
+#     a timeout, 67 ms, and a resend);
+#  3. UROCE_SHM=0 sends everything by UDP.
+# usage: same_host.sh LAUNCHER
+set -u
+U=$1
+command -v ibv_rc_pingpong >/dev/null || { echo "ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+run_pair() { # name env... -- pingpong args
+	local name=$1; shift
+	local envs=()
+	while [ "$1" != -- ]; do envs+=("$1"); shift; done
+	shift
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	env "${envs[@]}" UROCE_STATS=1 timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" "$@" >"$tmp/$name.s" 2>&1 &
+	local spid=$!
+	for _ in $(seq 100); do
+		ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
+		sleep 0.05
+	done
+	env "${envs[@]}" UROCE_STATS=1 timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" "$@" 127.0.0.1 >"$tmp/$name.c" 2>&1
+	local crc=$?
+	wait $spid
+	local src=$?
+	if [ $crc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "iters in" "$tmp/$name.c"; then
+		echo "not ok: $name: pingpong failed (client $crc, server $src)"
+		cat "$tmp/$name.s" "$tmp/$name.c"
+		fail=1
+		return 1
+	fi
+	return 0
+}
+
+counter() { # file name -> value (0 when not printed)
+	awk -v n="$2" '$1 == "uroce:" && $2 == n { v = $3 } END { print v + 0 }' "$1"
+}
+
+no_loss() { # name
+	for side in s c; do
+		local f=$tmp/$1.$side
+		if grep -E 'uroce: +(icrc_errors|retransmits|timeouts|rto_probes|seq_naks_tx|out_of_sequence|shm_ring_full|shm_bad|drop_[a-z_]+) ' "$f"; then
+			echo "not ok: $1 ($side): packets were lost, resent or timed out"
+			fail=1
+		fi
+	done
+}
+
+if run_pair rings -- -c -s 3000 -n 500; then
+	no_loss rings
+	for side in s c; do
+		f=$tmp/rings.$side
+		tx=$(counter "$f" tx_packets); stx=$(counter "$f" shm_packets_tx)
+		rx=$(counter "$f" rx_packets); srx=$(counter "$f" shm_packets_rx)
+		if [ "$tx" -lt 1000 ] || [ "$stx" -ne "$tx" ] || [ "$srx" -ne "$rx" ]; then
+			echo "not ok: rings ($side): tx $tx (rings $stx), rx $rx (rings $srx): not all through the rings"
+			fail=1
+		else
+			echo "ok: rings ($side): $stx of $tx packets sent and $srx of $rx received through the rings"
+		fi
+	done
+fi
+
+if run_pair doorbells UROCE_SPIN_US=0 -- -c -e -s 100 -n 300; then
+	no_loss doorbells
+	rung=$(( $(counter "$tmp/doorbells.s" shm_doorbells_tx) + $(counter "$tmp/doorbells.c" shm_doorbells_tx) ))
+	heard=$(( $(counter "$tmp/doorbells.s" shm_doorbells_rx) + $(counter "$tmp/doorbells.c" shm_doorbells_rx) ))
+	if [ "$rung" -eq 0 ] || [ "$heard" -eq 0 ]; then
+		echo "not ok: doorbells: $rung rung, $heard heard: the sleeping engines were never woken by one"
+		fail=1
+	else
+		echo "ok: doorbells: $rung rung, $heard heard, no timeout"
+	fi
+fi
+
+if run_pair udp UROCE_SHM=0 -- -c -s 3000 -n 500; then
+	no_loss udp
+	for side in s c; do
+		f=$tmp/udp.$side
+		if [ "$(counter "$f" shm_packets_tx)" -ne 0 ] || [ "$(counter "$f" tx_packets)" -lt 1000 ]; then
+			echo "not ok: udp ($side): UROCE_SHM=0 still used the rings"
+			fail=1
+		else
+			echo "ok: udp ($side): $(counter "$f" tx_packets) packets by UDP"
+		fi
+	done
+fi
+exit $fail

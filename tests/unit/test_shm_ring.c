@@ -1,0 +1,367 @@
+/* Same-host rings (src/net/shm.c), white box: packets come out as they went
+ * in, in order, across wraps and full rings; the doorbell flag follows the
+ * consumer's sleep; a ring claimed anew does not replay what an earlier
+ * producer left; a consumer survives a producer that writes nonsense; a
+ * region whose owner died is neither used nor kept. */
+#include "net/net.h"
+#include "net/shm.h"
+#include <assert.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(c, ...) do { if (!(c)) { failures++; printf("not ok: %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static uint8_t gid_a[16] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff, 127,99,0,0 };
+static const uint8_t sgid[16] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff, 127,99,1,1 };
+
+/* packet `seq` of `len` bytes: the seq, then a pattern of it */
+/* Is this /dev/shm name the region of gid (not a region being set up)? */
+static bool is_region_of(const char *name, const uint8_t gid[16])
+{
+	char hex[33];
+	size_t n = strlen(name);
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", gid[i]);
+	return !strncmp(name, "uroce-rx.", 9) && n > 32 && !strcmp(name + n - 32, hex);
+}
+
+static void fill(uint8_t *b, uint32_t len, uint32_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(i < 4 ? seq >> (8 * i) : seq * 31 + i);
+}
+
+static bool matches(const uint8_t *b, uint32_t len, uint32_t seq)
+{
+	uint8_t want[4400];
+	fill(want, len, seq);
+	return !memcmp(b, want, len);
+}
+
+/* send packet `seq` of `len` bytes alone */
+static void send_one(struct shm_tx *tx, uint32_t seq, uint32_t len)
+{
+	static uint8_t b[4400];
+	fill(b, len, seq);
+	struct uroce_txmsg m = { .iov = { { b, len } }, .iovcnt = 1, .len = len };
+	bool db;
+	shm_tx_send(tx, sgid, 7, 0, &m, 1, &db);
+}
+
+/* one poll; is it exactly packet `seq` of `len` bytes? */
+static bool got_one(struct shm_rx *rx, uint32_t seq, uint32_t len)
+{
+	static struct uroce_rxpkt pkts[64];
+	uint64_t bad = 0;
+	bool more = false;
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	return n == 1 && pkts[0].len == len && matches(pkts[0].buf, len, seq);
+}
+
+/* an address of this test's own, unlike any device's: gid_a with last byte k */
+static void test_gid(uint8_t gid[16], uint8_t k)
+{
+	memcpy(gid, gid_a, 16);
+	gid[15] = k;
+}
+
+static uint32_t len_of(uint32_t seq)
+{
+	/* small ACK-like packets, MTU-size ones, and sizes around a unit */
+	static const uint32_t sizes[] = { 20, 32, 33, 95, 96, 97, 1024 + 28, 4096 + 28 + 4 + 3, 4096 + 16 };
+	return sizes[(seq * 7) % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+static void test_order_and_wrap(void)
+{
+	struct shm_rx *rx = shm_rx_open(gid_a);
+	CHECK(rx, "region opens");
+	if (!rx)
+		return;
+	struct shm_tx *tx = shm_tx_attach(gid_a);
+	CHECK(tx, "ring claimed");
+	CHECK(shm_rx_active(rx), "the region sees its ring");
+	static struct uroce_rxpkt pkts[64];
+	static uint8_t buf[2][4400];
+	uint32_t sent = 0, got = 0, fulls = 0;
+	unsigned rng = 1;
+
+	/* 40 MiB through a 2 MiB ring: many wraps (skip records), and bursts
+	 * that fill it */
+	while (sent < 20000) {
+		int burst = 1 + (int)((rng = rng * 1103515245 + 12345) >> 16) % 1500;
+		for (int b = 0; b < burst && sent < 20000; b++) {
+			struct uroce_txmsg m[2];
+			uint32_t l0 = len_of(sent), l1 = len_of(sent + 1);
+			fill(buf[0], l0, sent);
+			fill(buf[1], l1, sent + 1);
+			/* the second packet in two iovecs, as header + payload */
+			m[0] = (struct uroce_txmsg){ .iov = { { buf[0], l0 } }, .iovcnt = 1, .len = l0,
+						     .gso_idx = (uint16_t)sent };
+			m[1] = (struct uroce_txmsg){ .iov = { { buf[1], 12 }, { buf[1] + 12, l1 - 12 } }, .iovcnt = 2,
+						     .len = l1, .gso_idx = (uint16_t)(sent + 1) };
+			bool db;
+			int n = shm_tx_send(tx, sgid, 0xC123, 0, m, 2, &db);
+			CHECK(!db, "no doorbell while the consumer is awake");
+			sent += (uint32_t)n;
+			if (n < 2) {
+				fulls++;
+				break;
+			}
+		}
+		bool more;
+		do {
+			uint64_t bad = 0;
+			more = false;
+			int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+			CHECK(bad == 0, "nothing malformed");
+			for (int i = 0; i < n; i++, got++) {
+				if (pkts[i].len != len_of(got) || !matches(pkts[i].buf, pkts[i].len, got) ||
+				    pkts[i].sport != 0xC123 || memcmp(pkts[i].sgid, sgid, 16) || memcmp(pkts[i].dgid, gid_a, 16) ||
+				    pkts[i].ip_id_hint != (uint16_t)got) {
+					CHECK(0, "packet %u arrives whole and in order (len %u)", got, pkts[i].len);
+					shm_tx_detach(tx);
+					shm_rx_close(rx);
+					return;
+				}
+			}
+		} while (more);
+	}
+	CHECK(got == sent, "all %u packets came (%u)", sent, got);
+	CHECK(fulls > 0, "the ring filled at times (%u)", fulls);
+
+	/* the doorbell flag */
+	struct uroce_txmsg m = { .iov = { { buf[0], 20 } }, .iovcnt = 1, .len = 20 };
+	bool db;
+	shm_rx_sleeping(rx, true);
+	shm_tx_send(tx, sgid, 1, 0, &m, 1, &db);
+	CHECK(db, "a sleeping consumer asks for a doorbell");
+	shm_rx_sleeping(rx, false);
+	shm_tx_send(tx, sgid, 1, 0, &m, 1, &db);
+	CHECK(!db, "an awake one does not");
+
+	/* a ring given back with two records unread: they are still
+	 * delivered (a destroyed QP's last ACK), then the ring is free again */
+	shm_tx_detach(tx);
+	CHECK(shm_rx_active(rx), "a given-back ring is read until drained");
+	uint64_t bad = 0;
+	bool more = false;
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 2, "the two records sent before the ring was given back are delivered (%d)", n);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 0 && !shm_rx_active(rx), "then the ring is free (%d)", n);
+	tx = shm_tx_attach(gid_a);
+	CHECK(tx, "ring claimed again");
+	send_one(tx, 777, 40);
+	CHECK(got_one(rx, 777, 40), "the new producer's packet alone");
+	shm_tx_detach(tx);
+	shm_rx_close(rx);
+}
+
+/* A producer that writes nonsense over its ring: the consumer copies out
+ * at most a packet's size, never reads outside the ring, and counts it. */
+static void test_hostile_producer(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 2);
+	struct shm_rx *rx = shm_rx_open(gid);
+	struct shm_tx *tx = rx ? shm_tx_attach(gid) : NULL;
+	CHECK(rx && tx, "region and ring");
+	if (!tx)
+		return;
+	/* find the region file and scribble over ring 0 as another process could */
+	char path[300] = "";
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (is_region_of(e->d_name, gid))
+			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+	if (d)
+		closedir(d);
+	int fd = open(path, O_RDWR);
+	CHECK(fd >= 0, "region file %s", path);
+	if (fd < 0)
+		return;
+	struct stat st;
+	fstat(fd, &st);
+	uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	size_t hdr = (size_t)st.st_size - 32 * (size_t)2097152; /* header before 32 rings of 2 MiB */
+	uint8_t *ring = map + hdr;
+	static struct uroce_rxpkt pkts[64];
+	struct { uint32_t seq, len; uint16_t units, sport, ip_id; uint8_t tos, pad; uint8_t sgid[16]; } rec;
+	uint64_t bad;
+	bool more;
+	/* 1: a length beyond any packet, in a record that claims 200 units */
+	memset(&rec, 0, sizeof(rec));
+	rec.seq = 1; rec.len = 1u << 30; rec.units = 200;
+	memcpy(ring, &rec, sizeof(rec));
+	bad = 0; more = false;
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 1 && pkts[0].len == 0 && bad == 1, "huge length: dropped as truncated and counted (n %d len %u bad %llu)",
+	      n, n ? pkts[0].len : 0, (unsigned long long)bad);
+	/* 2: a record running past the ring's end */
+	memset(&rec, 0, sizeof(rec));
+	rec.seq = 201; rec.len = 20; rec.units = 40000;
+	memcpy(ring + 200 * 64, &rec, sizeof(rec));
+	bad = 0;
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 0 && bad == 1, "record past the ring end: refused (n %d bad %llu)", n, (unsigned long long)bad);
+	bad = 0;
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 0 && bad == 0, "the broken ring is not read again (n %d bad %llu)", n, (unsigned long long)bad);
+	/* 3: given back, the ring is free; claimed anew, it works; zero units
+	 * break it again */
+	shm_tx_detach(tx);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(!shm_rx_active(rx), "a broken ring given back is freed");
+	tx = shm_tx_attach(gid);
+	CHECK(tx, "and claimed again");
+	if (!tx)
+		return;
+	send_one(tx, 5, 20);
+	CHECK(got_one(rx, 5, 20), "a packet after the repair");
+	memset(&rec, 0, sizeof(rec));
+	rec.seq = 201 + 1; rec.len = 20; rec.units = 0; /* the next record: after the 1-unit one at 201 */
+	memcpy(ring + 201 * 64, &rec, sizeof(rec));
+	bad = 0;
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 0 && bad == 1, "zero-unit record: refused (n %d bad %llu)", n, (unsigned long long)bad);
+	munmap(map, (size_t)st.st_size);
+	close(fd);
+	shm_tx_detach(tx);
+	shm_rx_close(rx);
+}
+
+/* Run fn(gid) in a child that then waits to be killed; true if fn said it
+ * succeeded. */
+static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_t *child)
+{
+	int p[2];
+	char c = 0;
+
+	if (pipe(p) < 0)
+		return false;
+	*child = fork();
+	if (*child == 0) {
+		c = fn(gid);
+		if (write(p[1], &c, 1) < 0)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	if (*child < 0 || read(p[0], &c, 1) != 1)
+		c = 0;
+	close(p[0]);
+	close(p[1]);
+	return c == 1;
+}
+
+static bool child_opens_region(const uint8_t *gid)
+{
+	return shm_rx_open(gid) != NULL;
+}
+
+static bool child_sends_two(const uint8_t *gid)
+{
+	struct shm_tx *tx = shm_tx_attach(gid);
+	if (tx) {
+		send_one(tx, 9, 30);
+		send_one(tx, 9, 30);
+	}
+	return tx != NULL;
+}
+
+/* The owner is killed: its region is not attached to, and the next region
+ * opened removes it. */
+static void test_dead_owner(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 3);
+	pid_t child;
+	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(tx, "a live owner's region is attached to");
+	shm_tx_detach(tx);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	tx = shm_tx_attach(gid);
+	CHECK(!tx, "a dead owner's region is not");
+	shm_tx_detach(tx);
+	shm_sweep_stale_regions();
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	bool left = false;
+	while (d && (e = readdir(d)))
+		left |= is_region_of(e->d_name, gid);
+	if (d)
+		closedir(d);
+	CHECK(!left, "the dead owner's region is removed");
+}
+
+/* A producer killed with records unread: its ring is taken over only once
+ * the consumer has them (else the consumer would stand past where the new
+ * producer begins). */
+static void test_dead_producer(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 4);
+	struct shm_rx *rx = shm_rx_open(gid);
+	CHECK(rx, "region");
+	if (!rx)
+		return;
+	pid_t child;
+	CHECK(in_child(child_sends_two, gid, &child), "the child sent two packets");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	/* every other ring taken */
+	struct shm_tx *others[31];
+	int nothers = 0;
+	for (int i = 0; i < 31; i++)
+		if ((others[nothers] = shm_tx_attach(gid)))
+			nothers++;
+	CHECK(nothers == 31, "31 more rings (%d)", nothers);
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(!tx, "the dead producer's ring is not taken while its packets are unread");
+	shm_tx_detach(tx);
+	static struct uroce_rxpkt pkts[64];
+	uint64_t bad = 0;
+	bool more = false;
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 2 && matches(pkts[0].buf, 30, 9), "the dead producer's packets are delivered (%d)", n);
+	tx = shm_tx_attach(gid);
+	CHECK(tx, "then its ring is taken over");
+	if (tx) {
+		send_one(tx, 11, 20);
+		CHECK(got_one(rx, 11, 20), "and carries the new producer's packet");
+		shm_tx_detach(tx);
+	}
+	for (int i = 0; i < nothers; i++)
+		shm_tx_detach(others[i]);
+	shm_rx_close(rx);
+}
+
+int main(void)
+{
+	/* an address of this test's own, unlike any device's */
+	gid_a[13] = (uint8_t)(getpid() >> 8);
+	gid_a[14] = (uint8_t)getpid();
+	test_order_and_wrap();
+	test_hostile_producer();
+	test_dead_owner();
+	test_dead_producer();
+	if (failures) {
+		printf("%d failures\n", failures);
+		return 1;
+	}
+	printf("ok: same-host rings\n");
+	return 0;
+}
