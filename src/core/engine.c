@@ -50,12 +50,13 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 
 	while (done < budget) {
 		int n = net_recv(dev->net, pkts, UROCE_RX_BATCH);
-		if (n <= 0)
-			break;
-		transport_rx_batch(dev, pkts, n);
-		net_recv_done(dev->net, pkts, n);
-		done += n;
-		if (!dev->net->rx_more)
+		if (n > 0) {
+			transport_rx_batch(dev, pkts, n);
+			net_recv_done(dev->net, pkts, n);
+			done += n;
+		}
+		/* a batch that fault injection emptied may still leave more */
+		if (n < 0 || !dev->net->rx_more)
 			break;
 	}
 	uint64_t now = now_ns();

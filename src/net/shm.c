@@ -17,7 +17,8 @@
  *
  * Lifetime: the owner holds an exclusive flock on the region for its life,
  * so a free lock means a dead owner (a region left by a killed process is
- * removed by the next device that opens).  A ring's pages are allocated
+ * removed by the next device that opens); a producer holds a lock on a byte
+ * of its ring the same way (ring_lock).  A ring's pages are allocated
  * (fallocate) when a flow claims it, so a full /dev/shm refuses the claim
  * and the flow uses UDP, instead of a write into the mapping faulting. */
 #include "shm.h"
@@ -25,7 +26,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -141,9 +141,12 @@ void shm_sweep_stale_regions(void)
 		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
 			continue;
-		/* free lock: its owner is gone (a region being set up is
-		 * locked before it is renamed into place) */
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		/* free lock: its owner is gone (a region is locked before it
+		 * has a name); and the name is still that file's, not a live
+		 * region renamed onto it meanwhile */
+		struct stat a, b;
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+		    fstatat(dirfd(d), e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino)
 			unlinkat(dirfd(d), e->d_name, 0);
 		close(fd);
 	}
@@ -162,17 +165,18 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	if (region_path(gid, rx->path, sizeof(rx->path)) < 0)
 		goto fail;
 	shm_sweep_stale_regions();
-	snprintf(tmp, sizeof(tmp), "%s.%d", rx->path, (int)getpid());
-	rx->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	/* made unnamed and locked, so that no sweep takes it for a dead
+	 * owner's; named (and renamed into place) only once set up */
+	rx->fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (rx->fd < 0)
 		goto fail;
 	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
 	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0)
-		goto fail_unlink;
+		goto fail;
 	m = mmap(NULL, SHM_REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rx->fd, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
 	if (m == MAP_FAILED || !rx->bufs)
-		goto fail_unlink;
+		goto fail;
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
 	rx->r->owner_pid = (uint32_t)getpid();
@@ -184,11 +188,16 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
 	/* binding the address made it ours: a region left under this name
 	 * by a process that died is replaced whole */
-	if (rename(tmp, rx->path) < 0)
-		goto fail_unlink;
+	char fdpath[32];
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rx->fd);
+	snprintf(tmp, sizeof(tmp), "%s.%d", rx->path, (int)getpid());
+	if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
+		goto fail;
+	if (rename(tmp, rx->path) < 0) {
+		unlink(tmp);
+		goto fail;
+	}
 	return rx;
-fail_unlink:
-	unlink(tmp);
 fail:
 	if (m != MAP_FAILED)
 		munmap(m, SHM_REGION_BYTES);
@@ -197,6 +206,14 @@ fail:
 	free(rx->bufs);
 	free(rx);
 	return NULL;
+}
+
+void shm_rx_test_position(struct shm_rx *rx, uint32_t pos)
+{
+	for (unsigned i = 0; i < SHM_RINGS; i++) {
+		rx->tail[i] = pos;
+		atomic_store(&rx->r->ring[i].tail, pos);
+	}
 }
 
 void shm_rx_close(struct shm_rx *rx)
@@ -297,9 +314,18 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 				rx->broken |= 1u << i;
 				break;
 			}
+			if (!h.len) {
+				/* a skip record fills the ring's end, nothing else: a
+				 * producer chaining skips would hold us here */
+				if (at + units != SHM_UNITS) {
+					(*bad)++;
+					rx->broken |= 1u << i;
+					break;
+				}
+				tail += units;
+				continue;
+			}
 			tail += units;
-			if (!h.len)
-				continue;  /* skip record: the ring's end */
 			uint32_t len = h.len;
 			if (len > SHM_PKT_MAX || sizeof(h) + len > (size_t)units * SHM_UNIT) {
 				(*bad)++;
@@ -343,6 +369,19 @@ static uint8_t *ring_map(int fd, unsigned idx)
 	return ring;
 }
 
+/* A producer holds an open-file-description lock on byte SHM_RING_LOCK + idx
+ * of the region for as long as it owns ring idx: the kernel drops it when
+ * the process dies, in whatever PID namespace it lived (a PID would say
+ * nothing across namespaces that share /dev/shm).  flock and these locks
+ * do not interact, so the owner's flock stays apart. */
+#define SHM_RING_LOCK 1024
+static bool ring_lock(int fd, unsigned idx, bool lock)
+{
+	struct flock fl = { .l_type = lock ? F_WRLCK : F_UNLCK, .l_whence = SEEK_SET,
+			    .l_start = SHM_RING_LOCK + (off_t)idx, .l_len = 1 };
+	return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
 /* Is the region's owner alive?  It holds the lock exclusively. */
 static bool owner_alive(int fd)
 {
@@ -380,19 +419,24 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	    memcmp(r->gid, dgid, 16))
 		goto fail;
 	/* claim a free ring (given back and drained by the consumer), or one
-	 * whose producing process died once the consumer has taken all it
-	 * left (so that the consumer stands where we begin) */
+	 * whose producer died once the consumer has taken all it left (so
+	 * that the consumer stands where we begin).  Its lock first: a live
+	 * producer holds it */
 	unsigned idx;
 	uint8_t *ring = NULL;
 	for (idx = 0; idx < SHM_RINGS; idx++) {
-		uint32_t o = atomic_load(&r->ring[idx].owner);
-		if (!o && (atomic_load(&r->ring_mask) & (1u << idx)))
-			continue;  /* given back, its last records not yet taken */
-		if (o && (o == me || kill((pid_t)o, 0) == 0 || errno != ESRCH))
+		if (!ring_lock(fd, idx, true))
 			continue;
+		uint32_t o = atomic_load(&r->ring[idx].owner);
+		if (!o && (atomic_load(&r->ring_mask) & (1u << idx))) {
+			ring_lock(fd, idx, false);
+			continue;  /* given back, its last records not yet taken */
+		}
 		ring = ring_map(fd, idx);
-		if (!ring)
+		if (!ring) {
+			ring_lock(fd, idx, false);
 			break;  /* /dev/shm is full: UDP */
+		}
 		uint32_t t = atomic_load(&r->ring[idx].tail);
 		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(t % SHM_UNITS) * SHM_UNIT);
 		if ((!o || atomic_load(&rec->seq) != t + 1) &&
@@ -400,12 +444,14 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 			break;
 		munmap(ring, SHM_RING_BYTES);
 		ring = NULL;
+		ring_lock(fd, idx, false);
 	}
 	tx = ring ? calloc(1, sizeof(*tx)) : NULL;
 	if (!tx) {
 		if (ring) {
 			munmap(ring, SHM_RING_BYTES);
 			atomic_store(&r->ring[idx].owner, 0);
+			ring_lock(fd, idx, false);
 		}
 		goto fail;
 	}
@@ -419,7 +465,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	 * write over them */
 	tx->head = tx->tail_seen = atomic_load(&tx->ctl->tail);
 	struct shm_rec_hdr *first = (void *)(tx->ring + (size_t)(tx->head % SHM_UNITS) * SHM_UNIT);
-	atomic_store(&first->seq, 0);
+	atomic_store(&first->seq, tx->head);  /* anything but head + 1 */
 	atomic_fetch_or(&r->ring_mask, 1u << idx);
 	return tx;
 fail:
@@ -436,6 +482,7 @@ void shm_tx_detach(struct shm_tx *tx)
 	 * (ring_release_if_done): the last ACK of a QP destroyed right after
 	 * it is still delivered */
 	atomic_store(&tx->ctl->owner, 0);
+	ring_lock(tx->fd, tx->idx, false);
 	munmap(tx->ring, SHM_RING_BYTES);
 	munmap(tx->r, SHM_HDR_BYTES);
 	close(tx->fd);
@@ -445,16 +492,26 @@ void shm_tx_detach(struct shm_tx *tx)
 /* Write the record at position pos (units long) and publish it.  The seq of
  * the unit after it is cleared first, so that the consumer, arriving there,
  * never takes a stale lap's bytes for a record (the room check keeps that
- * unit free). */
-static void rec_publish(uint8_t *ring, uint32_t pos, struct shm_rec_hdr *h)
+ * unit free).  Cleared means its own position, which is never what the
+ * consumer waits for there (position + 1) -- 0 would be, at position
+ * 2^32 - 1. */
+static void rec_publish(uint8_t *ring, uint32_t pos, struct shm_rec_hdr *h, bool publish)
 {
 	struct shm_rec_hdr *rec = (void *)(ring + (size_t)(pos % SHM_UNITS) * SHM_UNIT);
 	struct shm_rec_hdr *next = (void *)(ring + (size_t)((pos + h->units) % SHM_UNITS) * SHM_UNIT);
 
-	atomic_store_explicit(&next->seq, 0, memory_order_relaxed);
+	atomic_store_explicit(&next->seq, pos + h->units, memory_order_relaxed);
 	memcpy((uint8_t *)rec + sizeof(rec->seq), (uint8_t *)h + sizeof(h->seq), sizeof(*h) - sizeof(h->seq));
-	atomic_store_explicit(&rec->seq, pos + 1, memory_order_release);
+	if (publish)
+		atomic_store_explicit(&rec->seq, pos + 1, memory_order_release);
 }
+
+/* A call's records appear to the consumer all at once, as a GSO datagram
+ * or a sendmmsg batch does: the first one's seq is stored last.  The
+ * transport relies on it -- an ACK riding behind a request must not come
+ * in a receive batch after it (transport_rx_batch runs responses first: a
+ * send completion before the receive of the answer, which ib_send_lat -e
+ * needs: it hung in a CI run while the rings published record by record). */
 
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell)
@@ -463,6 +520,7 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 	int i;
 
 	*doorbell = false;
+	/* the first record is published last (rec_publish) */
 	for (i = 0; i < n; i++) {
 		uint32_t len = msgs[i].len > SHM_PKT_MAX ? SHM_PKT_MAX : msgs[i].len; /* MTU <= 4096: never cut */
 		uint32_t units = (uint32_t)((sizeof(struct shm_rec_hdr) + len + SHM_UNIT - 1) / SHM_UNIT);
@@ -476,7 +534,7 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		}
 		if (skip) {
 			struct shm_rec_hdr h = { .units = (uint16_t)skip };
-			rec_publish(tx->ring, head, &h);
+			rec_publish(tx->ring, head, &h, head != tx->head);
 			head += skip;
 		}
 		uint8_t *d = tx->ring + (size_t)(head % SHM_UNITS) * SHM_UNIT + sizeof(struct shm_rec_hdr);
@@ -491,10 +549,12 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		struct shm_rec_hdr h = { .len = (uint32_t)off, .units = (uint16_t)units, .sport = sport,
 					 .ip_id = msgs[i].gso_idx, .tos = tos };
 		memcpy(h.sgid, sgid, 16);
-		rec_publish(tx->ring, head, &h);
+		rec_publish(tx->ring, head, &h, head != tx->head);
 		head += units;
 	}
 	if (head != tx->head) {
+		struct shm_rec_hdr *first = (void *)(tx->ring + (size_t)(tx->head % SHM_UNITS) * SHM_UNIT);
+		atomic_store_explicit(&first->seq, tx->head + 1, memory_order_release);
 		tx->head = head;
 		atomic_thread_fence(memory_order_seq_cst);  /* see shm_rx_sleeping */
 		*doorbell = atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;

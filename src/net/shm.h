@@ -46,6 +46,10 @@ void shm_tx_detach(struct shm_tx *tx);
  * receiver sleeps on its sockets and must be woken. */
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell);
+/* Tests: every ring of the region starts at position pos (before any is
+ * claimed), to reach the 32-bit wrap of positions. */
+void shm_rx_test_position(struct shm_rx *rx, uint32_t pos);
+
 /* Removes regions whose owners died (their lock is free). */
 void shm_sweep_stale_regions(void);
 

@@ -6,6 +6,7 @@
 #include "net/net.h"
 #include "net/shm.h"
 #include <assert.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -72,6 +73,25 @@ static void test_gid(uint8_t gid[16], uint8_t k)
 {
 	memcpy(gid, gid_a, 16);
 	gid[15] = k;
+}
+
+/* The region of test address k */
+static struct shm_rx *region_of(uint8_t gid[16], uint8_t k)
+{
+	test_gid(gid, k);
+	struct shm_rx *rx = shm_rx_open(gid);
+	CHECK(rx, "region");
+	return rx;
+}
+
+/* A region of test address k with a ring claimed in it */
+static bool region_and_ring(uint8_t gid[16], uint8_t k, struct shm_rx **rx, struct shm_tx **tx)
+{
+	test_gid(gid, k);
+	*rx = shm_rx_open(gid);
+	*tx = *rx ? shm_tx_attach(gid) : NULL;
+	CHECK(*rx && *tx, "region and ring");
+	return *tx != NULL;
 }
 
 static uint32_t len_of(uint32_t seq)
@@ -167,18 +187,10 @@ static void test_order_and_wrap(void)
 	shm_rx_close(rx);
 }
 
-/* A producer that writes nonsense over its ring: the consumer copies out
- * at most a packet's size, never reads outside the ring, and counts it. */
-static void test_hostile_producer(void)
+/* The region file of gid, mapped as another process could map it; its
+ * rings start at *ring0 (header first, then 32 rings of 2 MiB). */
+static uint8_t *map_region(const uint8_t gid[16], size_t *len, uint8_t **ring0)
 {
-	uint8_t gid[16];
-	test_gid(gid, 2);
-	struct shm_rx *rx = shm_rx_open(gid);
-	struct shm_tx *tx = rx ? shm_tx_attach(gid) : NULL;
-	CHECK(rx && tx, "region and ring");
-	if (!tx)
-		return;
-	/* find the region file and scribble over ring 0 as another process could */
 	char path[300] = "";
 	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
@@ -188,16 +200,132 @@ static void test_hostile_producer(void)
 	if (d)
 		closedir(d);
 	int fd = open(path, O_RDWR);
-	CHECK(fd >= 0, "region file %s", path);
-	if (fd < 0)
-		return;
 	struct stat st;
-	fstat(fd, &st);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		CHECK(0, "region file %s", path);
+		return NULL;
+	}
 	uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	size_t hdr = (size_t)st.st_size - 32 * (size_t)2097152; /* header before 32 rings of 2 MiB */
-	uint8_t *ring = map + hdr;
+	close(fd);
+	if (map == MAP_FAILED)
+		return NULL;
+	*len = (size_t)st.st_size;
+	*ring0 = map + *len - 32 * (size_t)2097152;
+	return map;
+}
+
+struct rec {
+	uint32_t seq, len;
+	uint16_t units, sport, ip_id;
+	uint8_t tos, pad;
+	uint8_t sgid[16];
+};
+
+/* Positions are 32-bit and wrap: a record is still told from a cleared
+ * unit at position 2^32 - 1 (where position + 1 is 0), and an old header
+ * left there is not delivered. */
+static void test_position_wrap(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx = region_of(gid, 5);
+	if (!rx)
+		return;
+	shm_rx_test_position(rx, 0xFFFFFFF0u);
+	size_t len;
+	uint8_t *ring;
+	uint8_t *map = map_region(gid, &len, &ring);
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(map && tx, "mapped, ring claimed");
+	if (!map || !tx)
+		return;
+	/* an old lap's one-unit record in the last unit */
+	struct rec old = { .seq = 0, .len = 20, .units = 1 };
+	memcpy(ring + 32767 * 64, &old, sizeof(old));
+	fill(ring + 32767 * 64 + 32, 20, 666);
+	for (uint32_t k = 0; k < 40; k++) {
+		send_one(tx, 1000 + k, 20);
+		if (!got_one(rx, 1000 + k, 20)) {
+			CHECK(0, "record %u at position 0x%x comes alone and whole", k, 0xFFFFFFF0u + k);
+			break;
+		}
+	}
+	munmap(map, len);
+	shm_tx_detach(tx);
+	shm_rx_close(rx);
+}
+
+/* The records of one send call appear together: a consumer polling while
+ * the producer writes pairs (a request and the ACK riding behind it) never
+ * gets half a pair. */
+struct pairs_arg {
+	struct shm_tx *tx;
+	uint32_t pairs;
+};
+
+static void *send_pairs(void *arg)
+{
+	struct pairs_arg *a = arg;
+	uint8_t b[2][40];
+
+	for (uint32_t k = 0; k < a->pairs; k++) {
+		fill(b[0], 40, 2 * k);
+		fill(b[1], 20, 2 * k + 1);
+		struct uroce_txmsg m[2] = { { .iov = { { b[0], 40 } }, .iovcnt = 1, .len = 40 },
+					    { .iov = { { b[1], 20 } }, .iovcnt = 1, .len = 20 } };
+		bool db;
+		while (shm_tx_send(a->tx, sgid, 8, 0, m, 2, &db) != 2)
+			; /* full: the consumer has not caught up */
+	}
+	return NULL;
+}
+
+static void test_calls_appear_whole(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx;
+	struct shm_tx *tx;
+	if (!region_and_ring(gid, 6, &rx, &tx))
+		return;
+	struct pairs_arg a = { tx, 200000 };
+	pthread_t t;
+	pthread_create(&t, NULL, send_pairs, &a);
 	static struct uroce_rxpkt pkts[64];
-	struct { uint32_t seq, len; uint16_t units, sport, ip_id; uint8_t tos, pad; uint8_t sgid[16]; } rec;
+	uint32_t got = 0, halves = 0;
+	while (got < 2 * a.pairs) {
+		uint64_t bad = 0;
+		bool more = false;
+		int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+		halves += n % 2;
+		for (int i = 0; i < n; i++, got++)
+			if (!matches(pkts[i].buf, pkts[i].len, got)) {
+				CHECK(0, "packet %u in order", got);
+				got = 2 * a.pairs;
+				break;
+			}
+	}
+	pthread_join(t, NULL);
+	CHECK(halves == 0, "no poll got half a call (%u did)", halves);
+	shm_tx_detach(tx);
+	shm_rx_close(rx);
+}
+
+/* A producer that writes nonsense over its ring: the consumer copies out
+ * at most a packet's size, never reads outside the ring, and counts it. */
+static void test_hostile_producer(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx;
+	struct shm_tx *tx;
+	if (!region_and_ring(gid, 2, &rx, &tx))
+		return;
+	/* scribble over ring 0 as another process could */
+	size_t maplen;
+	uint8_t *ring;
+	uint8_t *map = map_region(gid, &maplen, &ring);
+	if (!map)
+		return;
+	static struct uroce_rxpkt pkts[64];
+	struct rec rec;
 	uint64_t bad;
 	bool more;
 	/* 1: a length beyond any packet, in a record that claims 200 units */
@@ -230,13 +358,25 @@ static void test_hostile_producer(void)
 	send_one(tx, 5, 20);
 	CHECK(got_one(rx, 5, 20), "a packet after the repair");
 	memset(&rec, 0, sizeof(rec));
-	rec.seq = 201 + 1; rec.len = 20; rec.units = 0; /* the next record: after the 1-unit one at 201 */
+	rec.seq = 201 + 1; rec.len = 20; rec.units = 0; /* the next record: after the 1-unit one at 200 */
 	memcpy(ring + 201 * 64, &rec, sizeof(rec));
 	bad = 0;
 	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 0 && bad == 1, "zero-unit record: refused (n %d bad %llu)", n, (unsigned long long)bad);
-	munmap(map, (size_t)st.st_size);
-	close(fd);
+	/* 4: a skip record short of the ring's end (a producer chaining them
+	 * would hold the consumer) */
+	shm_tx_detach(tx);
+	shm_rx_poll(rx, pkts, 64, &more, &bad);
+	tx = shm_tx_attach(gid);
+	CHECK(tx, "claimed once more");
+	if (!tx)
+		return;
+	rec.units = 1; rec.len = 0;
+	memcpy(ring + 201 * 64, &rec, sizeof(rec));
+	bad = 0;
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 0 && bad == 1, "skip record inside the ring: refused (n %d bad %llu)", n, (unsigned long long)bad);
+	munmap(map, maplen);
 	shm_tx_detach(tx);
 	shm_rx_close(rx);
 }
@@ -313,9 +453,7 @@ static void test_dead_owner(void)
 static void test_dead_producer(void)
 {
 	uint8_t gid[16];
-	test_gid(gid, 4);
-	struct shm_rx *rx = shm_rx_open(gid);
-	CHECK(rx, "region");
+	struct shm_rx *rx = region_of(gid, 4);
 	if (!rx)
 		return;
 	pid_t child;
@@ -358,6 +496,8 @@ int main(void)
 	test_hostile_producer();
 	test_dead_owner();
 	test_dead_producer();
+	test_position_wrap();
+	test_calls_appear_whole();
 	if (failures) {
 		printf("%d failures\n", failures);
 		return 1;
