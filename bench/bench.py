@@ -1075,7 +1075,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(here, "results"), help="output directory (default bench/results)")
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="message sizes, comma separated")
     ap.add_argument("--budget", type=float, default=0, help="seconds after which remaining tests are skipped "
-                    "(default 560, --quick 80)")
+                    "(default 800, --quick 100)")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     if args.reps < 1:
