@@ -358,8 +358,12 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 			/* the peer's engine sleeps on its sockets: a doorbell datagram
 			 * wakes it (udp_recv skips it) */
 			gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
+			/* one that cannot leave is counted; the peer's own timer
+			 * or the next doorbell wakes it */
 			if (sendto(f->fd, shm_doorbell, sizeof(shm_doorbell), 0, (struct sockaddr *)&ss, sl) > 0)
 				dev_count(dev, UC_shm_doorbells_tx, 1);
+			else
+				dev_count(dev, UC_tx_errors, 1);
 		}
 		return sent;
 	}
@@ -483,7 +487,8 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		int r = shm_rx_poll(p->shm[k], pkts + got, room, &net->rx_more, &bad);
 		rings = true;
 		got += r;
-		dev_count(net->dev, UC_shm_packets_rx, (uint64_t)r);
+		if (r)  /* an empty poll (most of them) touches no counter */
+			dev_count(net->dev, UC_shm_packets_rx, (uint64_t)r);
 		if (bad)
 			dev_count(net->dev, UC_shm_bad, bad);
 	}
