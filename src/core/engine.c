@@ -48,6 +48,8 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 	struct uroce_rxpkt *pkts = dev->rx_pkts; /* owned under rx_lock */
 	int done = 0;
 
+	int empty = 0;
+
 	while (done < budget) {
 		int n = net_recv(dev->net, pkts, UROCE_RX_BATCH);
 		if (n > 0) {
@@ -55,8 +57,9 @@ static int progress_locked(struct uroce_dev *dev, int budget)
 			net_recv_done(dev->net, pkts, n);
 			done += n;
 		}
-		/* a batch that fault injection emptied may still leave more */
-		if (n < 0 || !dev->net->rx_more)
+		/* a batch that fault injection or doorbells emptied may leave
+		 * more -- but a stream of them must not hold the loop */
+		if (n < 0 || !dev->net->rx_more || (n == 0 && ++empty > 4))
 			break;
 	}
 	uint64_t now = now_ns();

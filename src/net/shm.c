@@ -85,6 +85,7 @@ struct shm_rx {
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
 	uint32_t populated;              /* rings whose pages this mapping has */
 	uint32_t broken;                 /* rings whose producer wrote nonsense: not read */
+	unsigned polls;                  /* every REAP_EVERY-th: look for dead producers */
 	unsigned rr;
 	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
 };
@@ -248,6 +249,44 @@ void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
+/* A producer holds an open-file-description lock on byte SHM_RING_LOCK + idx
+ * of the region for as long as it owns ring idx: the kernel drops it when
+ * the process dies, in whatever PID namespace it lived (a PID would say
+ * nothing across namespaces that share /dev/shm).  flock and these locks
+ * do not interact, so the owner's flock stays apart. */
+#define SHM_RING_LOCK 1024
+static bool ring_lock(int fd, unsigned idx, bool lock)
+{
+	struct flock fl = { .l_type = lock ? F_WRLCK : F_UNLCK, .l_whence = SEEK_SET,
+			    .l_start = SHM_RING_LOCK + (off_t)idx, .l_len = 1 };
+	return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+/* Does a live producer hold ring idx?  (Our own region fd holds no ring
+ * locks, so any lock seen is another open file's.) */
+static bool ring_held(int fd, unsigned idx)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = SHM_RING_LOCK + (off_t)idx, .l_len = 1 };
+	return fcntl(fd, F_OFD_GETLK, &fl) < 0 || fl.l_type != F_UNLCK;
+}
+
+/* Rings whose producer died without giving them back (killed) would stay
+ * claimed until another producer takes them over -- a broken one forever --
+ * and while any ring is claimed the sockets are read only every 64th call.
+ * Now and then the consumer gives such rings back itself: a producer that
+ * claims one meanwhile holds its lock, or wins the owner's CAS. */
+#define REAP_EVERY 4096
+static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
+{
+	for (unsigned i = 0; i < SHM_RINGS; i++) {
+		if (!(mask & (1u << i)))
+			continue;
+		uint32_t o = atomic_load(&rx->r->ring[i].owner);
+		if (o && !ring_held(rx->fd, i))
+			atomic_compare_exchange_strong(&rx->r->ring[i].owner, &o, 0);
+	}
+}
+
 /* Ring i gave nothing this time: if its producer has given it back and
  * everything it sent has been taken (or it is broken), return it to the
  * free rings.  The producer stored owner 0 after its last record, so an
@@ -275,6 +314,8 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 
 	if (!mask)
 		return 0;
+	if (++rx->polls % REAP_EVERY == 0)
+		reap_dead_producers(rx, mask);
 	if (mask & ~rx->populated) {
 		for (unsigned i = 0; i < SHM_RINGS; i++)
 			if (mask & ~rx->populated & (1u << i))
@@ -367,19 +408,6 @@ static uint8_t *ring_map(int fd, unsigned idx)
 		return NULL;
 	populate(ring, SHM_RING_BYTES, true);
 	return ring;
-}
-
-/* A producer holds an open-file-description lock on byte SHM_RING_LOCK + idx
- * of the region for as long as it owns ring idx: the kernel drops it when
- * the process dies, in whatever PID namespace it lived (a PID would say
- * nothing across namespaces that share /dev/shm).  flock and these locks
- * do not interact, so the owner's flock stays apart. */
-#define SHM_RING_LOCK 1024
-static bool ring_lock(int fd, unsigned idx, bool lock)
-{
-	struct flock fl = { .l_type = lock ? F_WRLCK : F_UNLCK, .l_whence = SEEK_SET,
-			    .l_start = SHM_RING_LOCK + (off_t)idx, .l_len = 1 };
-	return fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
 /* Is the region's owner alive?  It holds the lock exclusively. */
@@ -513,6 +541,15 @@ static void rec_publish(uint8_t *ring, uint32_t pos, struct shm_rec_hdr *h, bool
  * send completion before the receive of the answer, which ib_send_lat -e
  * needs: it hung in a CI run while the rings published record by record). */
 
+/* Room for `need` more units between the producer's head and the
+ * consumer's tail?  A tail ahead of the head (a consumer that lies) has
+ * none. */
+static bool ring_room(uint32_t head, uint32_t tail, uint32_t need)
+{
+	uint32_t used = head - tail;
+	return used <= SHM_UNITS && need <= SHM_UNITS - used;
+}
+
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell)
 {
@@ -527,9 +564,11 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		uint32_t at = head % SHM_UNITS;
 		uint32_t skip = at + units > SHM_UNITS ? SHM_UNITS - at : 0;
 		uint32_t need = skip + units + 1;
-		if (head - tx->tail_seen + need > SHM_UNITS) {
+		if (!len)
+			break;  /* no packet is empty; a record of length 0 is a skip */
+		if (!ring_room(head, tx->tail_seen, need)) {
 			tx->tail_seen = atomic_load_explicit(&tx->ctl->tail, memory_order_acquire);
-			if (head - tx->tail_seen + need > SHM_UNITS)
+			if (!ring_room(head, tx->tail_seen, need))
 				break;  /* full (or a consumer that lies: the same) */
 		}
 		if (skip) {
