@@ -85,8 +85,8 @@ struct shm_rx {
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
 	uint32_t populated;              /* rings whose pages this mapping has */
 	uint32_t broken;                 /* rings whose producer wrote nonsense: not read */
-	unsigned polls;                  /* every REAP_EVERY-th: look for dead producers */
-	unsigned rr;
+	unsigned polls;                  /* picks the first ring to read; every REAP_EVERY-th
+					  * also looks for dead producers */
 	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
 };
 
@@ -114,8 +114,8 @@ static int region_path(const uint8_t gid[16], char *out, size_t n)
 }
 
 /* Map a ring's pages now: the first pass over a ring would otherwise take
- * a page fault per slot on both sides (~4 us per message in ib_send_lat's
- * first 300 iterations, measured). */
+ * page faults on both sides (~4 us per message in ib_send_lat's first 300
+ * iterations, measured with slots of a page each). */
 static void populate(void *p, size_t len, bool write)
 {
 #ifndef MADV_POPULATE_READ
@@ -314,7 +314,8 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 
 	if (!mask)
 		return 0;
-	if (++rx->polls % REAP_EVERY == 0)
+	unsigned poll = rx->polls++;
+	if (poll % REAP_EVERY == REAP_EVERY - 1)
 		reap_dead_producers(rx, mask);
 	if (mask & ~rx->populated) {
 		for (unsigned i = 0; i < SHM_RINGS; i++)
@@ -325,7 +326,7 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 	if (max > SHM_RX_BATCH)
 		max = SHM_RX_BATCH;
 	/* start at a different ring each call: one busy ring does not starve the rest */
-	unsigned start = rx->rr++ % SHM_RINGS;
+	unsigned start = poll % SHM_RINGS;
 	for (unsigned k = 0; k < SHM_RINGS; k++) {
 		unsigned i = (start + k) % SHM_RINGS;
 		if (!(mask & (1u << i)))
