@@ -28,7 +28,7 @@ struct uroce_net *net_create(struct uroce_dev *dev)
 		if (!net->pcap)
 			LOG_ERR("uroce: cannot write pcap %s", dev->cfg.pcap_path);
 		else
-			net->ops->rx_ip_meta(net, true); /* the tap records them */
+			net_rx_ip_meta(net, true); /* the tap records them */
 	}
 	return net;
 }

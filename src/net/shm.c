@@ -63,7 +63,7 @@ struct shm_ring_ctl {
 
 struct shm_region {
 	uint64_t magic;
-	uint32_t version, owner_pid;
+	uint32_t version, reserved0;
 	uint32_t nrings, nunits, unit, reserved;
 	uint8_t gid[16];
 	alignas(64) _Atomic uint32_t rx_sleeping; /* the owner's engine sleeps on its sockets */
@@ -165,7 +165,6 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	rx->fd = -1;
 	if (region_path(gid, rx->path, sizeof(rx->path)) < 0)
 		goto fail;
-	shm_sweep_stale_regions();
 	/* made unnamed and locked, so that no sweep takes it for a dead
 	 * owner's; named (and renamed into place) only once set up */
 	rx->fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -180,7 +179,6 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 		goto fail;
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
-	rx->r->owner_pid = (uint32_t)getpid();
 	rx->r->nrings = SHM_RINGS;
 	rx->r->nunits = SHM_UNITS;
 	rx->r->unit = SHM_UNIT;

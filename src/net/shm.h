@@ -50,7 +50,8 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
  * claimed), to reach the 32-bit wrap of positions. */
 void shm_rx_test_position(struct shm_rx *rx, uint32_t pos);
 
-/* Removes regions whose owners died (their lock is free). */
+/* Removes regions whose owners died (their lock is free); the device calls
+ * it once before it opens its regions. */
 void shm_sweep_stale_regions(void);
 
 #endif

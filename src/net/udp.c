@@ -259,9 +259,11 @@ static int udp_open(struct uroce_net *net)
 			p->rx_fd[p->nrx++] = fd;
 		}
 	}
-	if (cfg->shm)
+	if (cfg->shm) {
+		shm_sweep_stale_regions();  /* once, not per address */
 		for (int i = 0; i < p->nrx; i++)
 			p->shm[i] = shm_rx_open(cfg->gids[i]);
+	}
 	for (int i = 0; i < UROCE_RX_BUFS; i++) {
 		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
 		p->iov[i].iov_len = UROCE_RX_BUFSZ;
@@ -492,10 +494,10 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		if (bad)
 			dev_count(net->dev, UC_shm_bad, bad);
 	}
-	if (rings && !atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed) &&
-	    ++p->shm_polls % SOCKET_EVERY)
+	bool due = atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed);
+	if (rings && !due && ++p->shm_polls % SOCKET_EVERY)
 		return got;
-	if (atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed))
+	if (due)
 		atomic_store_explicit(&net->rx_sockets_due, false, memory_order_relaxed);
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
