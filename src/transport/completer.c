@@ -54,9 +54,16 @@ static struct uroce_send_wqe *oldest_started(struct uroce_qp *qp)
  * (implied NAK, §6.6): restart there.  Returns false on such a restart. */
 static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 {
-	struct uroce_send_wqe *w;
-
-	while ((w = oldest_started(qp))) {
+	/* one pass from the oldest WQE: those completed here stay in the
+	 * queue until qp_retire_sends, so asking oldest_started() again per
+	 * WQE would rescan them -- quadratic in the WQEs one coalesced ACK
+	 * covers (6% of an ib_write_bw 64 B sender's time) */
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (!w->started)
+			break;
+		if (w->state == WQE_DONE)
+			continue;
 		if (psn_cmp(w->first_psn, psn) >= 0)
 			break;
 		if (is_rd_atomic(w)) {
