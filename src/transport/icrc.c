@@ -15,9 +15,10 @@ int gid_is_ipv4(const uint8_t gid[16])
 	return memcmp(gid, v4mapped_prefix, 12) == 0;
 }
 
-uint32_t icrc_begin(const struct icrc_iphdr *h)
+/* The 8-byte 0xFF prefix is in the seed; writes the masked IP and UDP
+ * headers (§4.2) to b and returns their length: 28 (IPv4) or 48 (IPv6). */
+static size_t icrc_pseudo(const struct icrc_iphdr *h, uint8_t *b)
 {
-	uint8_t b[48];
 	size_t n;
 
 	if (gid_is_ipv4(h->sgid)) {
@@ -45,7 +46,14 @@ uint32_t icrc_begin(const struct icrc_iphdr *h)
 	u[2] = (uint8_t)(h->dport >> 8); u[3] = (uint8_t)h->dport;
 	u[4] = (uint8_t)(h->udp_len >> 8); u[5] = (uint8_t)h->udp_len;
 	u[6] = 0xFF; u[7] = 0xFF; /* UDP checksum masked */
-	return crc32_gzip_refl(ICRC_PREFIX_SEED, b, n + 8);
+	return n + 8;
+}
+
+uint32_t icrc_begin(const struct icrc_iphdr *h)
+{
+	uint8_t b[48];
+
+	return crc32_gzip_refl(ICRC_PREFIX_SEED, b, icrc_pseudo(h, b));
 }
 
 uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len)
@@ -58,9 +66,33 @@ uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len)
 	return crc32_gzip_refl(crc, bth + 12, len - 12);
 }
 
-uint32_t icrc_update(uint32_t crc, const void *p, size_t len)
+/* A packet this short is gathered behind its IP/UDP headers and takes one
+ * CRC call: ISA-L's PCLMUL CRC costs ~10 ns a call below 256 bytes whatever
+ * the length, so the four calls of a 64-byte WRITE (headers, BTH, the rest
+ * of the headers, payload) cost 42 ns and the copy and one call 22 ns on
+ * this machine -- a tenth of a small message's time on each side. */
+#define ICRC_GATHER_MAX 512
+
+uint32_t icrc_packet(const struct icrc_iphdr *h, const struct iovec *v, int n)
 {
-	return crc32_gzip_refl(crc, (const unsigned char *)p, len);
+	_Alignas(64) uint8_t b[ICRC_GATHER_MAX];
+	size_t hl = icrc_pseudo(h, b), total = hl;
+
+	for (int i = 0; i < n; i++)
+		total += v[i].iov_len;
+	if (total <= sizeof(b)) {
+		size_t at = hl;
+		for (int i = 0; i < n; i++) {
+			memcpy(b + at, v[i].iov_base, v[i].iov_len);
+			at += v[i].iov_len;
+		}
+		b[hl + 4] = 0xFF; /* BTH byte 4, as in icrc_bth */
+		return crc32_gzip_refl(ICRC_PREFIX_SEED, b, total);
+	}
+	uint32_t crc = icrc_bth(crc32_gzip_refl(ICRC_PREFIX_SEED, b, hl), v[0].iov_base, v[0].iov_len);
+	for (int i = 1; i < n; i++)
+		crc = crc32_gzip_refl(crc, v[i].iov_base, v[i].iov_len);
+	return crc;
 }
 
 /* The CRC is affine over GF(2): flipping bits of the ID flips the result by

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 /* Fields of the IP and UDP headers the ICRC covers.  The GIDs are 16-byte
  * RoCEv2 GIDs: IPv4-mapped (::ffff:a.b.c.d) means IPv4 (§9). */
@@ -22,7 +23,10 @@ int gid_is_ipv4(const uint8_t gid[16]);
 uint32_t icrc_begin(const struct icrc_iphdr *h);
 /* Feed the BTH (with byte 4 masked) and everything after it. */
 uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len);
-uint32_t icrc_update(uint32_t crc, const void *p, size_t len);
+/* The ICRC of a whole packet: the masked IP and UDP headers of h, then the
+ * n parts in order (BTH .. pad, without the ICRC).  The first part starts
+ * with the BTH and holds at least its 12 bytes. */
+uint32_t icrc_packet(const struct icrc_iphdr *h, const struct iovec *v, int n);
 
 /* The ICRC trailer is the CRC value least-significant byte first (§4.4). */
 static inline void icrc_store(uint8_t *p, uint32_t v)

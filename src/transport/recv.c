@@ -16,7 +16,8 @@ static bool icrc_ok(struct uroce_dev *dev, const struct uroce_rxpkt *p, uint16_t
 		.sgid = p->sgid, .dgid = p->dgid, .sport = p->sport, .dport = ROCE_UDP_PORT,
 		.udp_len = (uint16_t)(p->len + 8), .ip_id = hint, .ip_frag = 0x4000,
 	};
-	uint32_t crc = icrc_bth(icrc_begin(&ih), p->buf, p->len - ICRC_LEN);
+	struct iovec span = { .iov_base = (void *)p->buf, .iov_len = p->len - ICRC_LEN };
+	uint32_t crc = icrc_packet(&ih, &span, 1);
 	uint32_t rx = icrc_load(p->buf + p->len - ICRC_LEN);
 	uint16_t delta;
 

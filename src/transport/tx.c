@@ -79,14 +79,13 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 		.sgid = qp->sgid, .dgid = qp->dgid, .sport = qp->sport, .dport = ROCE_UDP_PORT,
 		.udp_len = (uint16_t)udp_len, .ip_id = m->gso_idx, .ip_frag = 0x4000,
 	};
-	uint32_t crc = icrc_bth(icrc_begin(&ih), hdr, hdrlen);
-	for (int i = 1; i < m->iovcnt - 1; i++)
-		crc = icrc_update(crc, m->iov[i].iov_base, m->iov[i].iov_len);
 	for (unsigned i = 0; i < pad; i++)
 		trl[i] = 0;
-	if (pad)
-		crc = icrc_update(crc, trl, pad);
-	icrc_store(trl + pad, crc);
+	/* covered: the headers, the payload and the pad (the trailer's part
+	 * before the ICRC) */
+	m->iov[m->iovcnt - 1].iov_len = pad;
+	icrc_store(trl + pad, icrc_packet(&ih, m->iov, m->iovcnt));
+	m->iov[m->iovcnt - 1].iov_len = pad + ICRC_LEN;
 	if (++b->n == UROCE_TX_BATCH)
 		txb_flush(b);
 }
