@@ -59,6 +59,7 @@ LAT_METRICS = [
     ("udp_pp_blocking", "UDP blocking ping-pong (bench)"),
     ("udp_pp_busy", "UDP busy-poll ping-pong (bench)"),
     ("shm_pp_busy", "shared-memory busy-poll ping-pong (bench, the bound)"),
+    ("shm_pp_matched", "shared-memory ping-pong slowed to ib_send_lat's median (the tail floor)"),
     ("memcpy_warm", "memcpy per copy, warm"),
     ("memcpy_cold", "memcpy per copy, cold"),
 ]
@@ -222,6 +223,7 @@ class Bench:
         self.uroce = os.path.join(self.bindir, "uroce")
         self.pp_bin = os.path.join(self.bindir, "tcp_pingpong")
         self.shm_pp_bin = os.path.join(self.bindir, "shm_pingpong")
+        self.stalls_bin = os.path.join(self.bindir, "cpu_stalls")
         self.memcpy = os.path.join(self.bindir, "memcpy_bw")
         self.out = os.path.abspath(args.out)
         self.logdir = os.path.join(self.out, "logs")
@@ -609,10 +611,12 @@ class Bench:
         vals.update(cpu_client_s=c.cpu, cpu_server_s=s.cpu)
         return self.record(metric, size, rep, True, vals, cmd=cmd)
 
-    def shm_pingpong(self, metric, size, rep):
+    def shm_pingpong(self, metric, size, rep, work_ns=0):
         if self.skip_if_out_of_time(metric, size, rep):
             return
         argv = [self.shm_pp_bin, "-s", str(size), "-D", str(self.cfg["pp_s"]), "-w", "100"]
+        if work_ns:
+            argv += ["-W", str(work_ns)]
         p = Proc(argv, self.logbase("%s_%d_%s" % (metric, size, rep)))
         cmd = " ".join(argv)
         if not p.wait(30 + 2 * self.cfg["pp_s"]):
@@ -623,8 +627,40 @@ class Bench:
             return self.record(metric, size, rep, False, reason="rc %s: %s" % (p.rc, p.tail()), cmd=cmd)
         vals = {k: kv.get(k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us", "lat_min_us", "lat_max_us",
                                        "iters")}
-        vals.update(cpu_client_s=p.cpu)
+        vals.update(cpu_client_s=p.cpu, work_ns=work_ns)
         return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def this_rep(self, metric, size, rep, key):
+        for r in self.runs:
+            if r["metric"] == metric and r["size"] == size and r["rep"] == rep and r["ok"]:
+                return r["values"].get(key)
+        return None
+
+    def shm_pingpong_matched(self, size, rep):
+        """The tail floor: the bare shared-memory ping-pong with busy work on
+        every hop, as much as makes its median ib_send_lat's of this
+        repetition.  Stalls of the CPUs (cpu_stalls) hit it as they hit
+        uroce; its p99/median is what any transport of that median gets
+        here."""
+        med, bare = self.this_rep("uroce_send_lat", size, rep, "lat_median_us"), \
+            self.this_rep("shm_pp_busy", size, rep, "lat_median_us")
+        if med is None or bare is None:
+            return self.record("shm_pp_matched", size, rep, False, reason="no ib_send_lat or shm_pp_busy median")
+        return self.shm_pingpong("shm_pp_matched", size, rep, max(1, int(round((med - bare) * 1000))))
+
+    def cpu_stalls(self, rep):
+        argv = [self.stalls_bin, "-D", "0.5" if self.quick else "1"]
+        p = Proc(argv, self.logbase("cpu_stalls_%s" % rep))
+        cmd = " ".join(argv)
+        if not p.wait(30) or p.rc != 0:
+            p.kill()
+            return self.record("cpu_stalls", 0, rep, False, reason="rc %s: %s" % (p.rc, p.tail()), cmd=cmd)
+        kv = self.parse_result(p.out(), mode="stalls")
+        if not kv or kv.get("per_s") is None:
+            return self.record("cpu_stalls", 0, rep, False, reason="no result: " + p.tail(), cmd=cmd)
+        return self.record("cpu_stalls", 0, rep, True, {k: kv.get(k) for k in
+                                                         ("cpus", "per_s", "lost_pct", "median_us", "p99_us",
+                                                          "max_us")}, cmd=cmd)
 
     def stream(self, metric, size, rep):
         if self.skip_if_out_of_time(metric, size, rep):
@@ -745,6 +781,7 @@ class Bench:
         for rep in range(self.reps):
             self.log("=== repetition %d/%d" % (rep + 1, self.reps))
             self.guard(self.memcpy_run, "memcpy", 0, rep, rep)
+            self.guard(self.cpu_stalls, "cpu_stalls", 0, rep, rep)
             for size in self.sizes:
                 for metric in PERFTEST_BW:
                     self.guard(self.uroce_bw, metric, size, rep, metric, size, rep)
@@ -758,6 +795,8 @@ class Bench:
                 for metric in ("tcp_pp_blocking", "tcp_pp_busy", "udp_pp_blocking", "udp_pp_busy"):
                     self.guard(self.pingpong, metric, size, rep, metric, size, rep)
                 self.guard(self.shm_pingpong, "shm_pp_busy", size, rep, "shm_pp_busy", size, rep)
+                if size == 2:
+                    self.guard(self.shm_pingpong_matched, "shm_pp_matched", size, rep, size, rep)
             for metric, op in ATOMICS:
                 self.guard(self.uroce_atomic, metric, 8, rep, metric, op, rep)
         if self.qperf:
@@ -891,7 +930,8 @@ def tables(b):
                     "same tool and size; xTCP = ratio to qperf tcp_bw at the same size, this run)", hdr, rows))
 
     # Latency
-    hdr = ["size", "transport", "median us", "spread", "p99 us", "mean us", "mean/qperf", "med/TCPblk", "p99/TCPblk",
+    hdr = ["size", "transport", "median us", "spread", "p99 us", "p99/med", "mean us", "mean/qperf", "med/TCPblk",
+           "p99/TCPblk",
            "med/TCPbusy", "p99/TCPbusy", "n", "note"]
     rows = []
     for s in S:
@@ -904,7 +944,8 @@ def tables(b):
                 continue
             med, p99, mean = (b.get(metric, s, k) for k in ("lat_median_us", "lat_p99_us", "lat_mean_us"))
             sp = spread(b, metric, s, "lat_median_us" if med is not None else "lat_mean_us")
-            rows.append([fmt_size(s), label, num(med), sp, num(p99), num(mean), rtxt(ratio(mean, qp_mean)),
+            rows.append([fmt_size(s), label, num(med), sp, num(p99), rtxt(ratio(p99, med)), num(mean),
+                         rtxt(ratio(mean, qp_mean)),
                          rtxt(ratio(med, blk_m)), rtxt(ratio(p99, blk_p)), rtxt(ratio(med, bsy_m)),
                          rtxt(ratio(p99, bsy_p)), str(d["n_ok"]), b.status(metric, s)])
         rows.append(None)
@@ -925,6 +966,20 @@ def tables(b):
         rows.append(["%s -s 2%s: median / p99" % (tool, " (UROCE_SHM=0)" if metric.endswith("_udp") else ""),
                      "%s / %s us" % (num(med), num(p99)),
                      str((b.summary.get(metric, {}).get("2") or {}).get("n_ok", 0)), b.status(metric, 2)])
+    med, p99 = b.get("uroce_send_lat", 2, "lat_median_us"), b.get("uroce_send_lat", 2, "lat_p99_us")
+    fm, fp, w = (b.get("shm_pp_matched", 2, k) for k in ("lat_median_us", "lat_p99_us", "work_ns"))
+    rows.append(["p99 / median, 2 B: ib_send_lat, and the shared-memory ping-pong slowed to its median "
+                 "(-W %s ns a hop)" % (num(w) if w is not None else "?"),
+                 "%s (%s / %s us) and %s (%s / %s us)" % (rtxt(ratio(p99, med)), num(med), num(p99),
+                                                          rtxt(ratio(fp, fm)), num(fm), num(fp)),
+                 str((b.summary.get("shm_pp_matched", {}).get("2") or {}).get("n_ok", 0)),
+                 b.status("shm_pp_matched", 2)])
+    st = {k: b.get("cpu_stalls", 0, k) for k in ("cpus", "per_s", "lost_pct", "median_us", "p99_us")}
+    rows.append(["CPU stalls >= 1 us seen by a spinning thread per CPU (host preemption, interrupts)",
+                 ("%s /s per CPU, median %s us, p99 %s us, %s %% of the time (%s CPUs)" %
+                  (num(st["per_s"]), num(st["median_us"]), num(st["p99_us"]), num(st["lost_pct"]), num(st["cpus"])))
+                 if st["per_s"] is not None else "-",
+                 str((b.summary.get("cpu_stalls", {}).get("0") or {}).get("n_ok", 0)), b.status("cpu_stalls", 0)])
     for metric, label in (("idle_ib_write_bw_server", "idle CPU, ib_write_bw server waiting (device open)"),
                           ("idle_rc_pingpong_server", "idle CPU, ibv_rc_pingpong server waiting (QP + recvs posted)")):
         v = b.get(metric, 0, "pct_core")
