@@ -646,9 +646,11 @@ class Bench:
             self.this_rep("shm_pp_busy", size, rep, "lat_median_us")
         if med is None or bare is None:
             return self.record("shm_pp_matched", size, rep, False, reason="no ib_send_lat or shm_pp_busy median")
-        return self.shm_pingpong("shm_pp_matched", size, rep, max(1, int(round((med - bare) * 1000))))
+        return self.shm_pingpong("shm_pp_matched", size, rep, max(0, int(round((med - bare) * 1000))))
 
     def cpu_stalls(self, rep):
+        if self.skip_if_out_of_time("cpu_stalls", 0, rep):
+            return
         argv = [self.stalls_bin, "-D", "0.5" if self.quick else "1"]
         p = Proc(argv, self.logbase("cpu_stalls_%s" % rep))
         cmd = " ".join(argv)
@@ -969,7 +971,7 @@ def tables(b):
     med, p99 = b.get("uroce_send_lat", 2, "lat_median_us"), b.get("uroce_send_lat", 2, "lat_p99_us")
     fm, fp, w = (b.get("shm_pp_matched", 2, k) for k in ("lat_median_us", "lat_p99_us", "work_ns"))
     rows.append(["p99 / median, 2 B: ib_send_lat, and the shared-memory ping-pong slowed to its median "
-                 "(-W %s ns a hop)" % (num(w) if w is not None else "?"),
+                 "(-W %s ns a hop)" % ("%d" % w if w is not None else "?"),
                  "%s (%s / %s us) and %s (%s / %s us)" % (rtxt(ratio(p99, med)), num(med), num(p99),
                                                           rtxt(ratio(fp, fm)), num(fm), num(fp)),
                  str((b.summary.get("shm_pp_matched", {}).get("2") or {}).get("n_ok", 0)),

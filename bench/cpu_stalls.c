@@ -12,10 +12,12 @@
  * p99_us=<stall length> max_us=...
  *
  * Why it is in the bench: a ping-pong whose hop takes H us is hit by a
- * stall of length L in about per_s x 2H of its iterations and then takes
- * up to L longer; once that share passes 1%, p99 is the median plus a
- * typical stall, whatever the transport.  shm_pingpong -W, matched to a
- * transport's median, measures that bound directly (bench.py). */
+ * stall of length L in per_s x 2H to twice that of its iterations (the
+ * CPU on the critical path; the waiting one when its stall covers the
+ * arrival) and then takes up to L longer; once that share passes 1%, p99
+ * is the median plus a typical stall, whatever the transport.
+ * shm_pingpong -W, matched to a transport's median, measures that bound
+ * directly (bench.py). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -31,9 +33,9 @@
 struct spinner {
 	int cpu;
 	double secs;
-	uint64_t *stalls; /* lengths, ns */
-	size_t n;
-	uint64_t lost_ns, spun_ns;
+	uint64_t *stalls; /* lengths, ns: the first MAX_STALLS */
+	size_t n, kept;
+	uint64_t lost_ns, spun_ns; /* spun_ns 0: the thread could not be pinned */
 };
 
 static void *spin(void *arg)
@@ -50,8 +52,9 @@ static void *spin(void *arg)
 		uint64_t t = now_ns();
 		if (t - prev >= STALL_NS) {
 			s->lost_ns += t - prev;
-			if (s->n < MAX_STALLS)
-				s->stalls[s->n++] = t - prev;
+			s->n++;
+			if (s->kept < MAX_STALLS)
+				s->stalls[s->kept++] = t - prev;
 		}
 		prev = t;
 		if (t >= end)
@@ -100,32 +103,37 @@ int main(int argc, char **argv)
 		}
 		k++;
 	}
-	size_t total = 0;
+	size_t total = 0, kept = 0;
 	uint64_t lost = 0, spun = 0;
+	int ran = 0;
 	for (int i = 0; i < k; i++) {
 		pthread_join(th[i], NULL);
+		if (!sp[i].spun_ns)
+			continue;
+		ran++;
 		total += sp[i].n;
+		kept += sp[i].kept;
 		lost += sp[i].lost_ns;
 		spun += sp[i].spun_ns;
 	}
 	if (!spun) {
-		printf("RESULT mode=stalls cpus=%d per_s=0\n", k);
+		fprintf(stderr, "cpu_stalls: no thread could be pinned to its CPU\n");
 		return 1;
 	}
-	uint64_t *all = malloc(sizeof(uint64_t) * (total ? total : 1));
+	uint64_t *all = malloc(sizeof(uint64_t) * (kept ? kept : 1));
 	if (!all)
 		return 1;
 	size_t at = 0;
 	for (int i = 0; i < k; i++) {
-		memcpy(all + at, sp[i].stalls, sizeof(uint64_t) * sp[i].n);
-		at += sp[i].n;
+		memcpy(all + at, sp[i].stalls, sizeof(uint64_t) * sp[i].kept);
+		at += sp[i].kept;
 	}
-	qsort(all, total, sizeof(*all), cmp_u64);
+	qsort(all, kept, sizeof(*all), cmp_u64);
 	double per_cpu_s = (double)spun / 1e9;
-	printf("RESULT mode=stalls cpus=%d per_s=%.0f lost_pct=%.2f median_us=%.2f p99_us=%.2f max_us=%.1f\n", k,
+	printf("RESULT mode=stalls cpus=%d per_s=%.0f lost_pct=%.2f median_us=%.2f p99_us=%.2f max_us=%.1f\n", ran,
 	       (double)total / per_cpu_s, 100.0 * (double)lost / (double)spun,
-	       total ? (double)all[total / 2] / 1e3 : 0.0,
-	       total ? (double)all[(size_t)((double)total * 0.99)] / 1e3 : 0.0,
-	       total ? (double)all[total - 1] / 1e3 : 0.0);
+	       kept ? (double)all[kept / 2] / 1e3 : 0.0,
+	       kept ? (double)all[(size_t)((double)kept * 0.99)] / 1e3 : 0.0,
+	       kept ? (double)all[kept - 1] / 1e3 : 0.0);
 	return 0;
 }

@@ -106,8 +106,9 @@ static void check_icrc_packet(const char *name, int idx, const struct icrc_iphdr
 {
 	struct iovec one = { (void *)p, covered };
 	CHECK(icrc_packet(ih, &one, 1) == want, "%s#%d icrc_packet over one span (%zu bytes)", name, idx, covered);
-	/* BTH alone, then pieces of 1, 7 and 100 bytes and the rest */
-	struct iovec v[5];
+	/* BTH alone, then pieces of 1, 7 and 100 bytes, the rest, and an empty
+	 * one (the pad of a packet that needs none) */
+	struct iovec v[6];
 	size_t at = 0, cut[4] = { 12, 1, 7, 100 };
 	int n = 0;
 	for (int i = 0; i < 4 && at + cut[i] < covered; i++) {
@@ -115,6 +116,7 @@ static void check_icrc_packet(const char *name, int idx, const struct icrc_iphdr
 		at += cut[i];
 	}
 	v[n++] = (struct iovec){ (void *)(p + at), covered - at };
+	v[n++] = (struct iovec){ (void *)(p + covered), 0 };
 	CHECK(icrc_packet(ih, v, n) == want, "%s#%d icrc_packet over %d pieces", name, idx, n);
 }
 
