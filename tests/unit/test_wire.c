@@ -100,7 +100,7 @@ static size_t rebuild(const struct frame_info *fi, uint8_t *out)
 
 /* icrc_packet, as the transmit path calls it (headers, payload pieces,
  * pad) and as the receive path does (one span), gives the known ICRC: on
- * both sides of its gather limit (the vectors run from 32 to ~4 KiB). */
+ * both sides of its gather limit (the vectors hold packets of either). */
 static void check_icrc_packet(const char *name, int idx, const struct icrc_iphdr *ih, const uint8_t *p,
 			      size_t covered, uint32_t want)
 {
