@@ -54,6 +54,11 @@ void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
 	net->ops->flow_close(flow);
 }
 
+uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow)
+{
+	return flow && net->ops->flow_part_bytes ? net->ops->flow_part_bytes(flow) : 0;
+}
+
 static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, double pct)
 {
 	if (every)

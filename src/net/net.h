@@ -54,6 +54,10 @@ struct uroce_net_ops {
 	void (*flow_close)(struct uroce_flow *flow);
 	int (*send)(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos,
 		    struct uroce_txmsg *msgs, int n);
+	/* How many bytes a send call on this flow may hold before the
+	 * transport ends it early, at a packet that completes nothing (tx.c);
+	 * 0: never.  Same-host rings: SHM_PART_BYTES (shm.h). */
+	uint32_t (*flow_part_bytes)(const struct uroce_flow *flow);
 	/* Non-blocking: up to max packets, 0 when none is waiting; sets
 	 * net->rx_more. */
 	int (*recv)(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
@@ -92,6 +96,7 @@ void net_destroy(struct uroce_net *net);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
+uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow);
 /* Sends with fault injection, pcap and counters applied. */
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);

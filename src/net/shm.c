@@ -237,6 +237,11 @@ bool shm_rx_active(const struct shm_rx *rx)
 	return rx && atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
 }
 
+bool shm_tx_peer_sleeping(const struct shm_tx *tx)
+{
+	return atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;
+}
+
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
 {
 	if (!rx)

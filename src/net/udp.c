@@ -342,6 +342,11 @@ static void udp_flow_close(struct uroce_flow *f)
 	free(f);
 }
 
+static uint32_t udp_flow_part_bytes(const struct uroce_flow *f)
+{
+	return f->shm && !shm_tx_peer_sleeping(f->shm) ? SHM_PART_BYTES : 0;
+}
+
 static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 		    struct uroce_txmsg *msgs, int n)
 {
@@ -609,6 +614,7 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.flow_open = udp_flow_open,
 	.flow_close = udp_flow_close,
 	.send = udp_send,
+	.flow_part_bytes = udp_flow_part_bytes,
 	.recv = udp_recv,
 	.recv_done = udp_recv_done,
 	.add_fds = udp_add_fds,

@@ -21,6 +21,7 @@ void txb_flush(struct tx_batch *b)
 	b->n = 0;
 	b->run_closed = false;
 	b->run_iovs = 0;
+	b->part_bytes = 0;
 }
 
 /* May packet m (udp payload `len`, `iovcnt` iovecs) join the run the
@@ -86,6 +87,19 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 	m->iov[m->iovcnt - 1].iov_len = pad;
 	icrc_store(trl + pad, icrc_packet(&ih, m->iov, m->iovcnt));
 	m->iov[m->iovcnt - 1].iov_len = pad + ICRC_LEN;
-	if (++b->n == UROCE_TX_BATCH)
+	/* On a same-host ring the call ends early after a packet that completes
+	 * nothing, the first or a middle one of a message, so that the peer
+	 * takes in this part while the next is built (SHM_PART_BYTES).  A
+	 * completing packet and the ACK riding behind it stay in one call
+	 * (shm_tx_send, transport_rx_batch). */
+	uint32_t op = opinfo(hdr[0])->mask;
+	b->part_bytes += m->len;
+	bool part_end = b->part_max && b->part_bytes >= b->part_max &&
+			((op & OPF_ONLY) == OPF_FIRST || (op & OPF_MIDDLE));
+	if (++b->n == UROCE_TX_BATCH) {
 		txb_flush(b);
+	} else if (part_end) {
+		dev_count(qp->dev, UC_shm_parts_tx, 1);
+		txb_flush(b);
+	}
 }

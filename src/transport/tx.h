@@ -13,6 +13,8 @@ struct tx_batch {
 	int n;
 	bool run_closed;      /* the current GSO run ended with a short packet */
 	int run_iovs;         /* iovecs in the current GSO run */
+	uint32_t part_max;    /* end the call early after this many bytes (net_flow_part_bytes) */
+	uint32_t part_bytes;  /* bytes in the call so far */
 	struct uroce_txmsg msg[UROCE_TX_BATCH];
 	uint8_t hdr[UROCE_TX_BATCH][TX_HDR_MAX];
 	uint8_t trailer[UROCE_TX_BATCH][8];
@@ -24,6 +26,8 @@ static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
 	b->n = 0;
 	b->run_closed = false;
 	b->run_iovs = 0;
+	b->part_max = net_flow_part_bytes(qp->dev->net, qp->flow);
+	b->part_bytes = 0;
 }
 
 /* The header buffer for the next packet. */

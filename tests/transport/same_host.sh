@@ -7,7 +7,11 @@
 #     sleep on their sockets between messages, so senders must wake them with
 #     doorbells: some are rung and no ACK times out (a lost wake-up shows as
 #     a timeout, 67 ms, and a resend);
-#  3. UROCE_SHM=0 sends everything by UDP.
+#  3. a message of 64 KiB goes into the ring in parts while the peer polls
+#     (SHM_PART_BYTES: a send call ends after 16 KiB at a first or middle
+#     packet) -- at most 3 cuts a message, data checked by the pingpong --
+#     and with events (-e, the peer's engine asleep) arrives whole too;
+#  4. UROCE_SHM=0 sends everything by UDP.
 # usage: same_host.sh LAUNCHER
 set -u
 U=$1
@@ -80,6 +84,24 @@ if run_pair doorbells UROCE_SPIN_US=0 -- -c -e -s 100 -n 300; then
 	else
 		echo "ok: doorbells: $rung rung, $heard heard, no timeout"
 	fi
+fi
+
+if run_pair parts -- -c -m 4096 -s 65536 -n 300; then
+	no_loss parts
+	for side in s c; do
+		f=$tmp/parts.$side
+		parts=$(counter "$f" shm_parts_tx); msgs=$(( $(counter "$f" shm_packets_tx) / 16 ))
+		if [ "$parts" -eq 0 ] || [ "$parts" -gt $(( 3 * msgs )) ]; then
+			echo "not ok: parts ($side): $parts calls cut short for $msgs messages of 16 packets (want 1 .. 3 a message)"
+			fail=1
+		else
+			echo "ok: parts ($side): $parts calls cut short for ~$msgs messages of 64 KiB"
+		fi
+	done
+fi
+if run_pair parts_events UROCE_SPIN_US=0 -- -c -e -m 4096 -s 65536 -n 200; then
+	no_loss parts_events
+	echo "ok: parts_events: 64 KiB messages with sleeping engines, checked"
 fi
 
 if run_pair udp UROCE_SHM=0 -- -c -s 3000 -n 500; then
