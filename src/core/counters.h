@@ -47,11 +47,11 @@
 	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)") \
 	X(shm_packets_tx, "packets sent through same-host rings (counted in tx_packets too)") \
 	X(shm_packets_rx, "packets received from same-host rings (counted in rx_packets too)") \
-	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)") \
 	X(shm_ring_full, "packets lost: the peer's same-host ring was full") \
 	X(shm_doorbells_tx, "wake-up datagrams sent to a peer whose engine slept") \
 	X(shm_doorbells_rx, "wake-up datagrams received") \
-	X(shm_bad, "same-host ring entries dropped: impossible count or length")
+	X(shm_bad, "same-host ring entries dropped: impossible count or length") \
+	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

@@ -41,9 +41,6 @@ void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
  * when dgid has no live region in this namespace or no ring is free. */
 struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
 void shm_tx_detach(struct shm_tx *tx);
-/* Copies msgs into the ring; returns how many fit (the rest are lost as on
- * a full socket, and retransmission recovers them).  *doorbell: the
- * receiver sleeps on its sockets and must be woken. */
 /* The records of a send call appear to the consumer together (shm.c), so a
  * message is taken in only once the whole call is in the ring.  The
  * transport therefore ends a call on a ring early, after the first or a
@@ -61,6 +58,9 @@ void shm_tx_detach(struct shm_tx *tx);
 /* The consumer's engine sleeps on its sockets (a doorbell would wake it). */
 bool shm_tx_peer_sleeping(const struct shm_tx *tx);
 
+/* Copies msgs into the ring; returns how many fit (the rest are lost as on
+ * a full socket, and retransmission recovers them).  *doorbell: the
+ * receiver sleeps on its sockets and must be woken. */
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell);
 /* Tests: every ring of the region starts at position pos (before any is

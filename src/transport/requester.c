@@ -374,7 +374,7 @@ void requester_run(struct uroce_qp *qp)
 			 * the message, as a window takes longer to build than the
 			 * ACK may wait (the peer's poll sees a WRITE under way and
 			 * hands the rest to its engine: dev_poll_found) */
-			if (qp->ack_owed && b.n && qp->type == IBV_QPT_RC &&
+			if (qp->ack_owed && b.added && qp->type == IBV_QPT_RC &&
 			    psn_cmp(psn_add(w->first_psn, w->npkts), psn_add(qp->una_psn, qp_window(qp))) > 0) {
 				responder_ack_ride(qp, &b);
 				txb_flush(&b);  /* now, not after a batch more of packets */
@@ -388,7 +388,9 @@ void requester_run(struct uroce_qp *qp)
 		}
 	}
 out:
-	if (qp->ack_owed && b.n)
+	/* b.added, not b.n: a call that ended after a part of a long message
+	 * (tx.c) left the batch empty, and the ACK rides all the same */
+	if (qp->ack_owed && b.added)
 		responder_ack_ride(qp, &b);
 	txb_flush(&b);
 	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)

@@ -22,6 +22,9 @@ void txb_flush(struct tx_batch *b)
 	b->run_closed = false;
 	b->run_iovs = 0;
 	b->part_bytes = 0;
+	b->holds_end = false;
+	/* the peer's engine may have gone to sleep meanwhile */
+	b->part_max = net_flow_part_bytes(qp->dev->net, qp->flow);
 }
 
 /* May packet m (udp payload `len`, `iovcnt` iovecs) join the run the
@@ -89,13 +92,17 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 	m->iov[m->iovcnt - 1].iov_len = pad + ICRC_LEN;
 	/* On a same-host ring the call ends early after a packet that completes
 	 * nothing, the first or a middle one of a message, so that the peer
-	 * takes in this part while the next is built (SHM_PART_BYTES).  A
-	 * completing packet and the ACK riding behind it stay in one call
+	 * takes in this part while the next is built (SHM_PART_BYTES) -- and
+	 * never once the call holds a packet that completes a message: the
+	 * ACK that may ride at its end must reach the peer in the same call
 	 * (shm_tx_send, transport_rx_batch). */
 	uint32_t op = opinfo(hdr[0])->mask;
 	b->part_bytes += m->len;
-	bool part_end = b->part_max && b->part_bytes >= b->part_max &&
-			((op & OPF_ONLY) == OPF_FIRST || (op & OPF_MIDDLE));
+	b->added++;
+	if (op & OPF_LAST)
+		b->holds_end = true;
+	bool part_end = b->part_max && !b->holds_end && b->part_bytes >= b->part_max &&
+			(op & (OPF_FIRST | OPF_MIDDLE));
 	if (++b->n == UROCE_TX_BATCH) {
 		txb_flush(b);
 	} else if (part_end) {

@@ -15,6 +15,8 @@ struct tx_batch {
 	int run_iovs;         /* iovecs in the current GSO run */
 	uint32_t part_max;    /* end the call early after this many bytes (net_flow_part_bytes) */
 	uint32_t part_bytes;  /* bytes in the call so far */
+	bool holds_end;       /* the call has a packet that completes a message */
+	unsigned added;       /* packets added since txb_init, flushed or not */
 	struct uroce_txmsg msg[UROCE_TX_BATCH];
 	uint8_t hdr[UROCE_TX_BATCH][TX_HDR_MAX];
 	uint8_t trailer[UROCE_TX_BATCH][8];
@@ -28,6 +30,8 @@ static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
 	b->run_iovs = 0;
 	b->part_max = net_flow_part_bytes(qp->dev->net, qp->flow);
 	b->part_bytes = 0;
+	b->holds_end = false;
+	b->added = 0;
 }
 
 /* The header buffer for the next packet. */

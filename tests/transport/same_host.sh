@@ -86,13 +86,16 @@ if run_pair doorbells UROCE_SPIN_US=0 -- -c -e -s 100 -n 300; then
 	fi
 fi
 
-if run_pair parts -- -c -m 4096 -s 65536 -n 300; then
+# parts need the peer's engine off its sockets while its application polls,
+# as in the default hand-off, grace (with UROCE_HANDOFF=defer it sleeps on
+# them throughout), whatever the caller's environment says
+if run_pair parts UROCE_HANDOFF=grace UROCE_POLL_PROGRESS=1 -- -c -m 4096 -s 65536 -n 300; then
 	no_loss parts
 	for side in s c; do
 		f=$tmp/parts.$side
 		parts=$(counter "$f" shm_parts_tx); msgs=$(( $(counter "$f" shm_packets_tx) / 16 ))
 		if [ "$parts" -eq 0 ] || [ "$parts" -gt $(( 3 * msgs )) ]; then
-			echo "not ok: parts ($side): $parts calls cut short for $msgs messages of 16 packets (want 1 .. 3 a message)"
+			echo "not ok: parts ($side): $parts calls cut short for ~$msgs messages of 16 packets (want some, at most 3 a message)"
 			fail=1
 		else
 			echo "ok: parts ($side): $parts calls cut short for ~$msgs messages of 64 KiB"
