@@ -538,13 +538,6 @@ static void rec_publish(uint8_t *ring, uint32_t pos, struct shm_rec_hdr *h, bool
 		atomic_store_explicit(&rec->seq, pos + 1, memory_order_release);
 }
 
-/* A call's records appear to the consumer all at once, as a GSO datagram
- * or a sendmmsg batch does: the first one's seq is stored last.  The
- * transport relies on it -- an ACK riding behind a request must not come
- * in a receive batch after it (transport_rx_batch runs responses first: a
- * send completion before the receive of the answer, which ib_send_lat -e
- * needs: it hung in a CI run while the rings published record by record). */
-
 /* Room for `need` more units between the producer's head and the
  * consumer's tail?  A tail ahead of the head (a consumer that lies) has
  * none. */
@@ -553,6 +546,13 @@ static bool ring_room(uint32_t head, uint32_t tail, uint32_t need)
 	uint32_t used = head - tail;
 	return used <= SHM_UNITS && need <= SHM_UNITS - used;
 }
+
+/* A call's records appear to the consumer all at once, as a GSO datagram
+ * or a sendmmsg batch does: the first one's seq is stored last.  The
+ * transport relies on it -- an ACK riding behind a request must not come
+ * in a receive batch after it (transport_rx_batch runs responses first: a
+ * send completion before the receive of the answer, which ib_send_lat -e
+ * needs: it hung in a CI run while the rings published record by record). */
 
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell)

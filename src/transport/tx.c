@@ -18,13 +18,7 @@ void txb_flush(struct tx_batch *b)
 		return;
 	if (qp->flow)
 		net_send(qp->dev->net, qp->flow, qp->sgid, qp->sport, qp->dgid, qp->tx_tos, b->msg, b->n);
-	b->n = 0;
-	b->run_closed = false;
-	b->run_iovs = 0;
-	b->part_bytes = 0;
-	b->holds_end = false;
-	/* the peer's engine may have gone to sleep meanwhile */
-	b->part_max = net_flow_part_bytes(qp->dev->net, qp->flow);
+	txb_begin_call(b);
 }
 
 /* May packet m (udp payload `len`, `iovcnt` iovecs) join the run the

@@ -22,16 +22,24 @@ struct tx_batch {
 	uint8_t trailer[UROCE_TX_BATCH][8];
 };
 
-static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
+/* An empty send call: no packet, no GSO run, no part yet; whether it may
+ * end early is asked anew each time (the peer's engine may have gone to
+ * sleep meanwhile, SHM_PART_BYTES). */
+static inline void txb_begin_call(struct tx_batch *b)
 {
-	b->qp = qp;
 	b->n = 0;
 	b->run_closed = false;
 	b->run_iovs = 0;
-	b->part_max = net_flow_part_bytes(qp->dev->net, qp->flow);
+	b->part_max = net_flow_part_bytes(b->qp->dev->net, b->qp->flow);
 	b->part_bytes = 0;
 	b->holds_end = false;
+}
+
+static inline void txb_init(struct tx_batch *b, struct uroce_qp *qp)
+{
+	b->qp = qp;
 	b->added = 0;
+	txb_begin_call(b);
 }
 
 /* The header buffer for the next packet. */
