@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "core/counters.h"
+#include "util/stats.h"
 
 static const char *const counter_names[] = {
 #define X(n, d) #n,
@@ -132,7 +132,7 @@ static const char *gid_str(const uint8_t *g, char *buf, size_t n)
 	return buf;
 }
 
-typedef int (*for_each_fn)(const struct uroce_shm *s, void *arg);
+typedef int (*for_each_fn)(const struct uroce_stats_page *s, void *arg);
 
 /* Walk /dev/shm/uroce.<pid> pages of live processes. */
 static int for_each_process(for_each_fn fn, void *arg, int only_pid)
@@ -157,15 +157,15 @@ static int for_each_process(for_each_fn fn, void *arg, int only_pid)
 		if (fd < 0)
 			continue;
 		struct stat st;
-		if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct uroce_shm)) {
+		if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct uroce_stats_page)) {
 			close(fd);
 			continue;
 		}
-		const struct uroce_shm *s = mmap(NULL, sizeof(*s), PROT_READ, MAP_SHARED, fd, 0);
+		const struct uroce_stats_page *s = mmap(NULL, sizeof(*s), PROT_READ, MAP_SHARED, fd, 0);
 		close(fd);
 		if (s == MAP_FAILED)
 			continue;
-		if (s->magic == UROCE_SHM_MAGIC && s->version == UROCE_SHM_VERSION) {
+		if (s->magic == UROCE_STATS_MAGIC && s->version == UROCE_STATS_VERSION) {
 			fn(s, arg);
 			n++;
 		}
@@ -175,7 +175,7 @@ static int for_each_process(for_each_fn fn, void *arg, int only_pid)
 	return n;
 }
 
-static int print_process(const struct uroce_shm *s, void *arg)
+static int print_process(const struct uroce_stats_page *s, void *arg)
 {
 	char a[64];
 	(void)arg;
@@ -246,7 +246,7 @@ static int cmd_info(char *self)
 	return 127;
 }
 
-static int print_stat(const struct uroce_shm *s, void *arg)
+static int print_stat(const struct uroce_stats_page *s, void *arg)
 {
 	int all = *(int *)arg;
 	print_process(s, NULL);

@@ -12,23 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
-#include "counters.h"
-
-#define UROCE_VENDOR_ID 0x5552ce    /* ours ("UR"); neither Mellanox (0x02c9) nor Amazon (0x1d0f) */
-#define UROCE_VENDOR_PART_ID 0x0001
-#define UROCE_MAX_QP 16384          /* QPN index bits: 14 */
-#define UROCE_MAX_QP_WR 16384
-#define UROCE_MAX_SGE 32
-#define UROCE_MAX_INLINE 512
-#define UROCE_MAX_CQE 65536
-#define UROCE_MAX_CQ 16384
-#define UROCE_MAX_MR 65536
-#define UROCE_MAX_PD 16384
-#define UROCE_MAX_RD_ATOMIC 16
-#define UROCE_MAX_MSG (1u << 31)    /* RETH DMA length limit (§2.2) */
-#define UROCE_MAX_AH 65536
-#define UROCE_MAX_SRQ 4096
-#define UROCE_MAX_SRQ_WR 16384
+#include "../util/counters.h"
+#include "../util/config.h"
+#include "../util/limits.h"
+#include "../cc/cc.h"
+#include "../cc/rtt.h"
 
 #define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
 
@@ -49,15 +37,6 @@ struct uroce_mr {
 	unsigned access;
 };
 
-/* Named verdicts of a memory check (siw style), mapped to NAK codes and WC
- * statuses in one place (mr.c). */
-enum uroce_mem_verdict {
-	MEM_OK = 0,
-	MEM_KEY_INVALID,
-	MEM_PD_MISMATCH,
-	MEM_ACCESS,
-	MEM_BOUNDS,
-};
 
 /* ---------------------------------------------------------------- CQ ---- */
 struct uroce_comp_channel {
@@ -153,6 +132,74 @@ struct uroce_ah {
 	struct ibv_ah_attr attr;
 };
 
+/* The requester's state (transport/requester.c): which packets of the send
+ * queue went out. */
+struct uroce_req {
+	uint32_t sq_send;           /* next WQE with packets to send */
+	uint32_t snd_psn;           /* next PSN to transmit */
+	uint32_t max_psn;           /* highest PSN ever sent + 1 */
+	uint32_t rd_atomic_out;     /* READ/atomic requests awaiting responses */
+	bool ackreq_valid;          /* ackreq_psn: the last packet sent with AckReq */
+	uint32_t ackreq_psn;
+	bool probe_out;             /* a probe of probe_psn awaits its ACK (retry.c) */
+	uint32_t probe_psn;
+	bool sq_draining;           /* SQD requested */
+	bool sqd_event_pending;
+};
+
+/* The completer's state (transport/completer.c, retry.c): what the
+ * responses acknowledged, and the retry budgets (§6.6). */
+struct uroce_comp {
+	uint32_t una_psn;           /* oldest unacknowledged PSN */
+	unsigned retry_left, rnr_left;
+	bool rnr_wait;              /* an RNR NAK's wait is running */
+	bool read_gap_asked;        /* a READ gap was re-requested; no more until progress */
+	uint32_t read_gap_psn;
+};
+
+/* The requester's timers (transport/timer.c arms, retry.c fires). */
+struct uroce_qp_timers {
+	uint64_t deadline;          /* ns, 0 = off: the earlier of the two below, or the RNR wait */
+	uint64_t ack;               /* the IBA local ACK timer (§6.6), 0 = off */
+	uint64_t rto;               /* adaptive retransmission, 0 = off */
+};
+
+/* The responder's state (transport/responder.c): the message being
+ * received and the saved READ/atomic requests. */
+struct uroce_resp {
+	uint32_t epsn;              /* expected request PSN */
+	uint32_t msn;
+	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
+	bool in_send, in_write;
+	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */
+	struct uroce_seg cur_recv_segs[UROCE_MAX_SGE]; /* ... and of its segments: the
+					 * ring slot may be reposted while a message arrives */
+	bool cur_recv_valid;
+	uint32_t recv_off;
+	uint64_t write_va;
+	uint32_t write_rkey, write_left;
+	struct uroce_mr *write_mr;
+	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
+	uint32_t res_size, res_next;
+};
+
+/* The responder's ACKs (transport/ack.c): the one owed, and whether it
+ * waits for a request of the QP to ride with. */
+struct uroce_qp;
+struct uroce_ack {
+	bool owed;                  /* a coalesced ACK of owed_psn is due */
+	uint32_t owed_psn;
+	bool owed_msg_end;          /* owed_psn is the last packet of a message */
+	uint64_t defer_ns;          /* the owed ACK waits for a request to ride with since, 0 = not */
+	uint8_t ride_hits;          /* deferred ACKs that found a request to ride with, recently:
+				     * +1 per ride, -1 per miss, between 0 and ACK_RIDE_HITS_MAX */
+	uint8_t defer_probe;        /* counts ACKs sent at once, to try deferring now and then */
+	unsigned wait_us;           /* how long an ACK waits here, 0 = UROCE_ACK_DEFER_US */
+	uint64_t late_ns;           /* a deferred ACK went alone then, 0 = not since */
+	bool deferred_listed;       /* on dev->acks_deferred (rx_lock) */
+	struct uroce_qp *next_deferred;
+};
+
 struct uroce_flow; /* net/ */
 
 struct uroce_qp {
@@ -172,68 +219,25 @@ struct uroce_qp {
 	struct uroce_flow *flow;  /* transmit socket in use */
 	struct uroce_flow *ud_flows[UROCE_MAX_GIDS]; /* UD: one per source GID */
 
-	/* ---- send queue / requester / completer (requester.c, completer.c) */
+	/* ---- the send queue (sq/post.c fills it, the requester drains it) */
 	struct uroce_send_wqe *sq;
 	struct uroce_seg *sq_segs;  /* max_sge (+1 for inline) per WQE */
 	uint8_t *sq_inline;         /* max_inline bytes per WQE */
 	uint32_t sq_size;
 	uint32_t sq_head;           /* next free slot */
-	uint32_t sq_send;           /* next WQE with packets to send */
 	uint32_t sq_tail;           /* oldest not yet completed */
-	uint32_t snd_psn;           /* next PSN to transmit */
-	uint32_t una_psn;           /* oldest unacknowledged PSN */
-	uint32_t max_psn;           /* highest PSN ever sent + 1 */
-	uint32_t rd_atomic_out;     /* READ/atomic requests awaiting responses */
-	uint32_t cwnd, ssthresh, cwnd_acc;  /* congestion window, packets (requester.c) */
-	unsigned retry_left, rnr_left;
-	uint64_t timer_deadline;    /* ns, 0 = off: the earliest of the two below, or the RNR wait */
-	uint64_t ack_deadline;      /* the IBA local ACK timer (§6.6), 0 = off */
-	uint64_t rto_deadline;      /* adaptive retransmission (completer.c), 0 = off */
-	uint64_t srtt_ns, rttvar_ns;/* smoothed round trip and its variation; 0 = no sample yet */
-	unsigned rto_backoff;       /* probes since the last progress */
-	uint64_t loss_ns;           /* last loss signal (requester_retry_from), 0 = none */
-	bool probe_out;             /* a probe of probe_psn awaits its ACK */
-	bool ackreq_valid;          /* ackreq_psn: the last packet sent with AckReq */
-	uint32_t ackreq_psn;
-	uint32_t probe_psn;
-	bool rtt_timing;            /* a fresh packet's round trip is being timed ... */
-	uint32_t rtt_psn;           /* ... this one ... */
-	uint64_t rtt_start_ns;      /* ... sent then */
-	bool rnr_wait;
-	bool read_gap_asked;         /* a READ gap was re-requested; no more until progress */
-	uint32_t read_gap_psn;
-	bool sq_draining;           /* SQD requested */
-	bool sqd_event_pending;
-
-	/* ---- receive queue / responder (responder.c) */
+	/* ---- the receive queue (its own, or the SRQ's) */
 	struct uroce_rq rq;
 	struct uroce_srq *srq;
-	uint32_t epsn;              /* expected request PSN */
-	uint32_t msn;
-	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
-	bool ack_owed;              /* a coalesced ACK of ack_owed_psn is due (responder.c) */
-	uint32_t ack_owed_psn;
-	bool ack_owed_msg_end;      /* ack_owed_psn is the last packet of a message */
-	uint64_t ack_defer_ns;      /* the owed ACK waits for a request to ride with since, 0 = not */
-	uint8_t ack_ride_hits;      /* deferred ACKs that found a request to ride with, recently:
-				     * +1 per ride, -1 per miss, between 0 and ACK_RIDE_HITS_MAX */
-	uint8_t ack_defer_probe;    /* counts ACKs sent at once, to try deferring now and then */
-	unsigned ack_wait_us;       /* how long an ACK waits here, 0 = UROCE_ACK_DEFER_US */
-	uint64_t ack_late_ns;       /* a deferred ACK went alone then, 0 = not since (responder.c) */
-	bool ack_deferred_listed;   /* on dev->acks_deferred (rx_lock) */
-	struct uroce_qp *next_deferred;
-	/* the message being received */
-	bool in_send, in_write;
-	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */
-	struct uroce_seg cur_recv_segs[UROCE_MAX_SGE]; /* ... and of its segments: the
-					 * ring slot may be reposted while a message arrives */
-	bool cur_recv_valid;
-	uint32_t recv_off;
-	uint64_t write_va;
-	uint32_t write_rkey, write_left;
-	struct uroce_mr *write_mr;
-	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
-	uint32_t res_size, res_next;
+
+	/* ---- the roles' state, one part each with its own reset */
+	struct uroce_req req;
+	struct uroce_comp comp;
+	struct uroce_qp_timers timer;
+	struct uroce_cc cc;
+	struct uroce_rtt rtt;
+	struct uroce_resp resp;
+	struct uroce_ack ack;
 
 	/* ---- objects */
 	struct uroce_cq *send_cq, *recv_cq;
@@ -245,7 +249,7 @@ struct uroce_qp {
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
 static inline void qp_timers_off(struct uroce_qp *qp)
 {
-	qp->timer_deadline = qp->ack_deadline = qp->rto_deadline = 0;
+	qp->timer.deadline = qp->timer.ack = qp->timer.rto = 0;
 }
 
 struct uroce_pd {

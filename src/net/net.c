@@ -4,29 +4,35 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../transport/hdr.h"
-#include "../transport/icrc.h"
+#include "../wire/hdr.h"
 
-struct uroce_net *net_create(struct uroce_dev *dev)
+struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats)
+{
+	return net_create_backend(cfg, stats, &uroce_udp_ops);
+}
+
+struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stats_page *stats,
+				     const struct uroce_net_ops *ops)
 {
 	struct uroce_net *net = calloc(1, sizeof(*net));
 	int rc;
 
 	if (!net)
 		return NULL;
-	net->dev = dev;
-	net->ops = &uroce_udp_ops;
-	atomic_init(&net->fault_rng, 0x9E3779B97F4A7C15ul ^ ((unsigned long)dev->cfg.fault_seed * 0xBF58476D1CE4E5B9ul));
+	net->cfg = cfg;
+	net->stats = stats;
+	net->ops = ops;
+	atomic_init(&net->fault_rng, 0x9E3779B97F4A7C15ul ^ ((unsigned long)cfg->fault_seed * 0xBF58476D1CE4E5B9ul));
 	rc = net->ops->open(net);
 	if (rc < 0) {
 		free(net);
 		errno = -rc;
 		return NULL;
 	}
-	if (dev->cfg.pcap_path[0]) {
-		net->pcap = pcap_tap_open(dev->cfg.pcap_path);
+	if (cfg->pcap_path[0]) {
+		net->pcap = pcap_tap_open(cfg->pcap_path);
 		if (!net->pcap)
-			LOG_ERR("uroce: cannot write pcap %s", dev->cfg.pcap_path);
+			LOG_ERR("uroce: cannot write pcap %s", cfg->pcap_path);
 		else
 			net_rx_ip_meta(net, true); /* the tap records them */
 	}
@@ -78,7 +84,6 @@ static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, d
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
 {
-	struct uroce_dev *dev = net->dev;
 	uint64_t bytes = 0;
 
 	if (n == 0)
@@ -89,33 +94,33 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 				       msgs[i].iov, msgs[i].iovcnt);
 	int sent = net->ops->send(flow, dgid, tos, msgs, n);
 	if (sent < 0) {
-		dev_count(dev, UC_tx_errors, 1);
+		UROCE_COUNT(net->stats, UC_tx_errors, 1);
 		return sent;
 	}
 	for (int i = 0; i < sent; i++)
 		bytes += msgs[i].len;
-	dev_count(dev, UC_tx_packets, (uint64_t)sent);
-	dev_count(dev, UC_tx_bytes, bytes);
+	UROCE_COUNT(net->stats, UC_tx_packets, (uint64_t)sent);
+	UROCE_COUNT(net->stats, UC_tx_bytes, bytes);
 	if (sent < n)
-		dev_count(dev, UC_tx_errors, (uint64_t)(n - sent));
+		UROCE_COUNT(net->stats, UC_tx_errors, (uint64_t)(n - sent));
 	return sent;
 }
 
 bool net_fault_tx(struct uroce_net *net)
 {
-	struct uroce_dev *dev = net->dev;
+	struct uroce_config *cfg = net->cfg;
 
-	if (!dev->cfg.fault_drop_tx && dev->cfg.fault_pct_tx <= 0)
+	if (!cfg->fault_drop_tx && cfg->fault_pct_tx <= 0)
 		return false;
-	if (!fault_hit(net, &net->fault_tx_seq, dev->cfg.fault_drop_tx, dev->cfg.fault_pct_tx))
+	if (!fault_hit(net, &net->fault_tx_seq, cfg->fault_drop_tx, cfg->fault_pct_tx))
 		return false;
-	dev_count(dev, UC_drop_injected, 1);
+	UROCE_COUNT(net->stats, UC_drop_injected, 1);
 	return true;
 }
 
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 {
-	struct uroce_dev *dev = net->dev;
+	struct uroce_config *cfg = net->cfg;
 	int n = net->ops->recv(net, pkts, max);
 	uint64_t bytes = 0;
 
@@ -123,13 +128,13 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		return n;
 	for (int i = 0; i < n; i++)
 		bytes += pkts[i].len;
-	dev_count(dev, UC_rx_packets, (uint64_t)n);
-	dev_count(dev, UC_rx_bytes, bytes);
-	if (dev->cfg.fault_drop_rx || dev->cfg.fault_pct_rx > 0) {
+	UROCE_COUNT(net->stats, UC_rx_packets, (uint64_t)n);
+	UROCE_COUNT(net->stats, UC_rx_bytes, bytes);
+	if (cfg->fault_drop_rx || cfg->fault_pct_rx > 0) {
 		int k = 0;
 		for (int i = 0; i < n; i++) {
-			if (fault_hit(net, &net->fault_rx_seq, dev->cfg.fault_drop_rx, dev->cfg.fault_pct_rx)) {
-				dev_count(dev, UC_drop_injected, 1);
+			if (fault_hit(net, &net->fault_rx_seq, cfg->fault_drop_rx, cfg->fault_pct_rx)) {
+				UROCE_COUNT(net->stats, UC_drop_injected, 1);
 				continue;
 			}
 			if (k != i)
@@ -154,31 +159,4 @@ void net_rx_sleeping(struct uroce_net *net, bool sleeping)
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
 {
 	net->ops->recv_done(net, pkts, n);
-}
-
-size_t ip_header_build(uint8_t *out, const uint8_t sgid[16], const uint8_t dgid[16], uint16_t udp_len,
-		       uint16_t ip_id, uint8_t tos, uint8_t ttl)
-{
-	if (gid_is_ipv4(sgid)) {
-		uint16_t tot = (uint16_t)(20 + udp_len);
-		uint8_t h[20] = { 0x45, tos, (uint8_t)(tot >> 8), (uint8_t)tot, (uint8_t)(ip_id >> 8), (uint8_t)ip_id,
-				  0x40, 0, ttl, 17, 0, 0 };
-		memcpy(h + 12, sgid + 12, 4);
-		memcpy(h + 16, dgid + 12, 4);
-		uint32_t s = 0;
-		for (int i = 0; i < 20; i += 2)
-			s += (uint32_t)h[i] << 8 | h[i + 1];
-		while (s >> 16)
-			s = (s & 0xFFFF) + (s >> 16);
-		h[10] = (uint8_t)(~s >> 8);
-		h[11] = (uint8_t)~s;
-		memcpy(out, h, 20);
-		return 20;
-	}
-	uint8_t h[40] = { (uint8_t)(0x60 | tos >> 4), (uint8_t)(tos << 4), 0, 0, (uint8_t)(udp_len >> 8), (uint8_t)udp_len,
-			  17, ttl };
-	memcpy(h + 8, sgid, 16);
-	memcpy(h + 24, dgid, 16);
-	memcpy(out, h, 40);
-	return 40;
 }

@@ -6,7 +6,14 @@
 
 #include <stdint.h>
 #include <sys/uio.h>
-#include "../core/device.h"
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include "../util/clock.h"
+#include "../util/config.h"
+#include "../util/limits.h"
+#include "../util/log.h"
+#include "../util/stats.h"
 
 #define UROCE_TX_BATCH 64
 #define UROCE_TX_IOV (UROCE_MAX_SGE + 3)
@@ -76,7 +83,8 @@ struct uroce_net_ops {
 
 struct uroce_net {
 	const struct uroce_net_ops *ops;
-	struct uroce_dev *dev;
+	struct uroce_config *cfg;      /* the device's: the backend fills in automatic addresses */
+	struct uroce_stats_page *stats;
 	void *priv;
 	struct pcap_tap *pcap;
 	unsigned gso_max_segs;  /* 0: no UDP GSO */
@@ -91,7 +99,10 @@ struct uroce_net {
 	atomic_ulong fault_rng;
 };
 
-struct uroce_net *net_create(struct uroce_dev *dev);
+struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats);
+/* On one given backend alone (the white-box tests' fake one). */
+struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stats_page *stats,
+				     const struct uroce_net_ops *ops);
 void net_destroy(struct uroce_net *net);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
@@ -107,11 +118,6 @@ void net_rx_sleeping(struct uroce_net *net, bool sleeping);
 bool net_fault_tx(struct uroce_net *net);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 
-/* The IP header a RoCEv2 packet of `udp_len` UDP bytes travels in: IPv4
- * with DF and its header checksum (20 bytes), or IPv6 (40 bytes); returns
- * the length written.  The pcap tap and the UD GRH (responder.c) share it. */
-size_t ip_header_build(uint8_t *out, const uint8_t sgid[16], const uint8_t dgid[16], uint16_t udp_len,
-		       uint16_t ip_id, uint8_t tos, uint8_t ttl);
 
 /* pcap.c: a capture Wireshark opens as Ethernet/IP/UDP/RoCEv2. */
 struct pcap_tap *pcap_tap_open(const char *path);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include "../transport/icrc.h"
+#include "../wire/ip.h"
 
 struct pcap_tap {
 	pcap_t *pd;

@@ -25,8 +25,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "../transport/hdr.h"
-#include "../transport/icrc.h"
+#include "../wire/hdr.h"
+#include "../wire/ip.h"
 #include "shm.h"
 #include <sys/syscall.h>
 
@@ -230,7 +230,7 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
 static int udp_open(struct uroce_net *net)
 {
 	struct udp_priv *p = calloc(1, sizeof(*p));
-	struct uroce_config *cfg = &net->dev->cfg;
+	struct uroce_config *cfg = net->cfg;
 	int rc;
 
 	if (!p)
@@ -273,7 +273,7 @@ static int udp_open(struct uroce_net *net)
 	int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int gso = 1024;
 	if (probe >= 0 && setsockopt(probe, IPPROTO_UDP, UDP_SEGMENT, &gso, sizeof(gso)) == 0 &&
-	    !getenv("UROCE_NO_GSO"))
+	    !net->cfg->no_gso)
 		net->gso_max_segs = UROCE_GSO_MAX_SEGS;
 	if (probe >= 0)
 		close(probe);
@@ -325,7 +325,7 @@ static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgi
 	f->net = net;
 	memcpy(f->sgid, sgid, 16);
 	f->sport = sport;
-	if (peer && net->dev->cfg.shm) {
+	if (peer && net->cfg->shm) {
 		f->shm = shm_tx_attach(peer);
 		if (f->shm)
 			memcpy(f->shm_gid, peer, 16);
@@ -356,11 +356,11 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 
 	if (f->shm && !memcmp(dgid, f->shm_gid, 16)) {
 		bool doorbell;
-		struct uroce_dev *dev = f->net->dev;
+		struct uroce_stats_page *stats = f->net->stats;
 		sent = shm_tx_send(f->shm, f->sgid, f->sport, tos, msgs, n, &doorbell);
-		dev_count(dev, UC_shm_packets_tx, (uint64_t)sent);
+		UROCE_COUNT(stats, UC_shm_packets_tx, (uint64_t)sent);
 		if (sent < n)
-			dev_count(dev, UC_shm_ring_full, (uint64_t)(n - sent));
+			UROCE_COUNT(stats, UC_shm_ring_full, (uint64_t)(n - sent));
 		if (doorbell) {
 			/* the peer's engine sleeps on its sockets: a doorbell datagram
 			 * wakes it (udp_recv skips it) */
@@ -368,9 +368,9 @@ static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
 			/* one that cannot leave is counted; the peer's own timer
 			 * or the next doorbell wakes it */
 			if (sendto(f->fd, shm_doorbell, sizeof(shm_doorbell), 0, (struct sockaddr *)&ss, sl) > 0)
-				dev_count(dev, UC_shm_doorbells_tx, 1);
+				UROCE_COUNT(stats, UC_shm_doorbells_tx, 1);
 			else
-				dev_count(dev, UC_tx_errors, 1);
+				UROCE_COUNT(stats, UC_tx_errors, 1);
 		}
 		return sent;
 	}
@@ -495,9 +495,9 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		rings = true;
 		got += r;
 		if (r)  /* an empty poll (most of them) touches no counter */
-			dev_count(net->dev, UC_shm_packets_rx, (uint64_t)r);
+			UROCE_COUNT(net->stats, UC_shm_packets_rx, (uint64_t)r);
 		if (bad)
-			dev_count(net->dev, UC_shm_bad, bad);
+			UROCE_COUNT(net->stats, UC_shm_bad, bad);
 	}
 	bool due = atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed);
 	if (rings && !due && ++p->shm_polls % SOCKET_EVERY)
@@ -530,7 +530,7 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 				len = 0; /* larger than any RoCE packet: dropped as truncated */
 			else if (len == sizeof(shm_doorbell) && !memcmp(buf, shm_doorbell, len)) {
 				/* a same-host peer's doorbell: it woke the engine */
-				dev_count(net->dev, UC_shm_doorbells_rx, 1);
+				UROCE_COUNT(net->stats, UC_shm_doorbells_rx, 1);
 				rx_hdr_reset(p, i);
 				continue;
 			}

@@ -3,7 +3,9 @@
  * Responses must arrive in PSN order: the next one expected is una_psn. */
 #include <string.h>
 #include "transport.h"
-#include "hdr.h"
+#include "../wire/hdr.h"
+#include "../core/wake.h"
+#include "../mem/mem.h"
 
 /* RNR NAK timer codes in microseconds (§5.2; 61.44 ms for code 25 per §11.2). */
 static const uint32_t rnr_timer_us[32] = {
@@ -20,32 +22,19 @@ static bool is_rd_atomic(const struct uroce_send_wqe *w)
 
 static void progress_made(struct uroce_qp *qp, uint32_t old_una)
 {
-	if (psn_cmp(qp->una_psn, old_una) > 0) {
-		requester_cwnd_progress(qp, (uint32_t)psn_cmp(qp->una_psn, old_una));
-		if (qp->rtt_timing && psn_cmp(qp->una_psn, qp->rtt_psn) > 0)
-			requester_rtt_sample(qp, now_ns());
+	if (psn_cmp(qp->comp.una_psn, old_una) > 0) {
+		cc_on_ack(&qp->cc, (uint32_t)psn_cmp(qp->comp.una_psn, old_una));
+		if (qp->rtt.timing && psn_cmp(qp->comp.una_psn, qp->rtt.psn) > 0)
+			rtt_sample(&qp->rtt, now_ns());
 	}
 	/* forward progress reloads both retry counters (§6.6) and restarts
 	 * the timers */
-	qp->retry_left = qp->attr.retry_cnt;
-	qp->rnr_left = qp->attr.rnr_retry;
-	qp->rto_backoff = 0;
-	qp->probe_out = false;
+	qp->comp.retry_left = qp->attr.retry_cnt;
+	qp->comp.rnr_left = qp->attr.rnr_retry;
+	qp->rtt.backoff = 0;
+	qp->req.probe_out = false;
 	qp_timers_off(qp);
-	qp->read_gap_asked = false;
-}
-
-/* The oldest WQE not yet completed that has packets on the wire. */
-static struct uroce_send_wqe *oldest_started(struct uroce_qp *qp)
-{
-	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
-		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
-		if (!w->started)
-			return NULL;
-		if (w->state != WQE_DONE)
-			return w;
-	}
-	return NULL;
+	qp->comp.read_gap_asked = false;
 }
 
 /* Everything before `psn` is acknowledged (an ACK for psn-1, or a NAK or
@@ -72,34 +61,23 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 			if (psn_cmp(psn, w->last_psn) <= 0)
 				return true;
 			uint32_t resume = psn_add(w->first_psn, w->resp_bytes / qp->pmtu);
-			if (psn_cmp(resume, qp->una_psn) > 0)
-				qp->una_psn = resume;
-			requester_rewind(qp, qp->una_psn);
+			if (psn_cmp(resume, qp->comp.una_psn) > 0)
+				qp->comp.una_psn = resume;
+			requester_rewind(qp, qp->comp.una_psn);
 			return false;
 		}
 		if (psn_cmp(w->last_psn, psn) >= 0) {
 			/* partly acknowledged message */
-			if (psn_cmp(psn, qp->una_psn) > 0)
-				qp->una_psn = psn;
+			if (psn_cmp(psn, qp->comp.una_psn) > 0)
+				qp->comp.una_psn = psn;
 			return true;
 		}
 		qp_complete_send(qp, w, IBV_WC_SUCCESS);
-		qp->una_psn = psn_add(w->last_psn, 1);
+		qp->comp.una_psn = psn_add(w->last_psn, 1);
 	}
-	if (psn_cmp(psn, qp->una_psn) > 0)
-		qp->una_psn = psn;
+	if (psn_cmp(psn, qp->comp.una_psn) > 0)
+		qp->comp.una_psn = psn;
 	return true;
-}
-
-static void fail_wqe_at(struct uroce_qp *qp, uint32_t psn, enum ibv_wc_status st)
-{
-	struct uroce_send_wqe *w = oldest_started(qp);
-
-	(void)psn;
-	if (w)
-		qp_complete_send(qp, w, st);
-	qp_retire_sends(qp);
-	qp_enter_error(qp);
 }
 
 static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
@@ -110,73 +88,73 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	switch (syn & AETH_TYPE_MASK) {
 	case AETH_ACK:
 		dev_count(qp->dev, UC_acks_rx, 1);
-		if (psn_cmp(psn, qp->una_psn) < 0) {
+		if (psn_cmp(psn, qp->comp.una_psn) < 0) {
 			dev_count(qp->dev, UC_dup_responses, 1);
 			return;
 		}
 		{
-			uint32_t old_una = qp->una_psn;
-			bool probe_hit = qp->probe_out && psn == qp->probe_psn;
+			uint32_t old_una = qp->comp.una_psn;
+			bool probe_hit = qp->req.probe_out && psn == qp->req.probe_psn;
 			if (ack_before(qp, psn_add(psn, 1)))
 				progress_made(qp, old_una);
 			/* The ACK names exactly the probed PSN: the responder has
 			 * nothing after it, though more was sent before the probe
 			 * on the same path -- lost, or dropped after a NAK.  Go
 			 * back to there now (§6.6). */
-			if (probe_hit && psn_cmp(qp->snd_psn, psn_add(psn, 1)) > 0) {
+			if (probe_hit && psn_cmp(qp->req.snd_psn, psn_add(psn, 1)) > 0) {
 				requester_retry_from(qp, psn_add(psn, 1), false);
 			}
 		}
 		break;
 	case AETH_RNR_NAK: {
 		dev_count(qp->dev, UC_rnr_naks_rx, 1);
-		if (psn_cmp(psn, qp->una_psn) < 0)
+		if (psn_cmp(psn, qp->comp.una_psn) < 0)
 			return;
 		if (!ack_before(qp, psn))
 			return;
 		/* rnr_retry 7 means retry forever (§6.6) */
 		if (qp->attr.rnr_retry != 7) {
-			if (qp->rnr_left == 0) {
-				fail_wqe_at(qp, psn, IBV_WC_RNR_RETRY_EXC_ERR);
+			if (qp->comp.rnr_left == 0) {
+				qp_fail_oldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
 				return;
 			}
-			qp->rnr_left--;
+			qp->comp.rnr_left--;
 		}
-		qp->rnr_wait = true;
-		qp->una_psn = psn;
+		qp->comp.rnr_wait = true;
+		qp->comp.una_psn = psn;
 		qp_timers_off(qp);
-		qp_arm_timer(qp, now_ns() + (uint64_t)rnr_timer_us[syn & 0x1F] * 1000);
+		qp_timer_set(qp, now_ns() + (uint64_t)rnr_timer_us[syn & 0x1F] * 1000);
 		break;
 	}
 	default: /* NAK */
-		if (psn_cmp(psn, qp->una_psn) < 0)
+		if (psn_cmp(psn, qp->comp.una_psn) < 0)
 			return;
 		if (syn == AETH_NAK_PSN_SEQ) {
 			dev_count(qp->dev, UC_seq_naks_rx, 1);
 			/* after an RNR NAK the responder NAKs the packets that
 			 * followed (rxe does, see rxe-captures/rnr.txt); the RNR
 			 * timer restarts them anyway */
-			if (qp->rnr_wait)
+			if (qp->comp.rnr_wait)
 				return;
-			uint32_t old_una = qp->una_psn;
+			uint32_t old_una = qp->comp.una_psn;
 			if (!ack_before(qp, psn))
 				return;
 			/* the NAK acknowledged packets before it: forward progress
 			 * reloads the retry counter (§6.6) */
-			if (psn_cmp(qp->una_psn, old_una) > 0)
+			if (psn_cmp(qp->comp.una_psn, old_una) > 0)
 				progress_made(qp, old_una);
-			if (qp->retry_left == 0) {
-				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
+			if (qp->comp.retry_left == 0) {
+				qp_fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
 				return;
 			}
-			qp->retry_left--;
+			qp->comp.retry_left--;
 			requester_retry_from(qp, psn, false);
 			qp_timers_off(qp);
 			break;
 		}
 		dev_count(qp->dev, UC_err_naks_rx, 1);
 		ack_before(qp, psn);
-		fail_wqe_at(qp, psn, syn == AETH_NAK_INV_REQ ? IBV_WC_REM_INV_REQ_ERR :
+		qp_fail_oldest(qp, syn == AETH_NAK_INV_REQ ? IBV_WC_REM_INV_REQ_ERR :
 			    syn == AETH_NAK_REM_ACCESS ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
 		return;
 	}
@@ -188,13 +166,13 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
  * outstanding one, which the caller still has to match. */
 static bool response_wqe(struct uroce_qp *qp, uint32_t psn, struct uroce_send_wqe **w)
 {
-	if (psn_cmp(psn, qp->una_psn) < 0) {
+	if (psn_cmp(psn, qp->comp.una_psn) < 0) {
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return false;
 	}
 	if (!ack_before(qp, psn))
 		return false;
-	*w = oldest_started(qp);
+	*w = sq_oldest_started(qp);
 	return true;
 }
 
@@ -220,14 +198,14 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		 * per gap -- the rest of the old stream is still arriving and
 		 * must not trigger more requests (the timer covers a lost retry) */
 		uint32_t gap = psn_add(w->first_psn, expect_idx);
-		if (idx > expect_idx && !(qp->read_gap_asked && qp->read_gap_psn == gap)) {
-			if (qp->retry_left == 0) {
-				fail_wqe_at(qp, psn, IBV_WC_RETRY_EXC_ERR);
+		if (idx > expect_idx && !(qp->comp.read_gap_asked && qp->comp.read_gap_psn == gap)) {
+			if (qp->comp.retry_left == 0) {
+				qp_fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
 				return;
 			}
-			qp->retry_left--;
-			qp->read_gap_asked = true;
-			qp->read_gap_psn = gap;
+			qp->comp.retry_left--;
+			qp->comp.read_gap_asked = true;
+			qp->comp.read_gap_psn = gap;
 			requester_retry_from(qp, gap, false);
 		}
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x is #%u, expected #%u", qp->qpn, psn, idx, expect_idx);
@@ -238,17 +216,17 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	uint32_t want = (idx == w->npkts - 1) ? w->length - off : qp->pmtu;
 	if (pkt->paylen != want) {
 		/* a malformed response: the responder misbehaves */
-		fail_wqe_at(qp, psn, IBV_WC_BAD_RESP_ERR);
+		qp_fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
 		return;
 	}
 	seg_copy_to(w->seg, w->nseg, off, pkt->payload, pkt->paylen);
 	w->resp_bytes += pkt->paylen;
-	uint32_t old_una = qp->una_psn;
-	qp->una_psn = psn_add(psn, 1);
+	uint32_t old_una = qp->comp.una_psn;
+	qp->comp.una_psn = psn_add(psn, 1);
 	progress_made(qp, old_una);
 	/* end of a chunk request (§6.3: one READ request per chunk) */
-	if ((pkt->mask & OPF_LAST) && qp->rd_atomic_out)
-		qp->rd_atomic_out--;
+	if ((pkt->mask & OPF_LAST) && qp->req.rd_atomic_out)
+		qp->req.rd_atomic_out--;
 	if (idx == w->npkts - 1)
 		qp_complete_send(qp, w, IBV_WC_SUCCESS);
 }
@@ -269,12 +247,19 @@ static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	uint64_t orig = atmack_orig(pkt->bth + opinfo(pkt->opcode)->off_atmack);
 	seg_copy_to(w->seg, w->nseg, 0, (const uint8_t *)&orig, 8);
 	w->resp_bytes = 8;
-	uint32_t old_una = qp->una_psn;
-	qp->una_psn = psn_add(psn, 1);
-	if (qp->rd_atomic_out)
-		qp->rd_atomic_out--;
+	uint32_t old_una = qp->comp.una_psn;
+	qp->comp.una_psn = psn_add(psn, 1);
+	if (qp->req.rd_atomic_out)
+		qp->req.rd_atomic_out--;
 	progress_made(qp, old_una);
 	qp_complete_send(qp, w, IBV_WC_SUCCESS);
+}
+
+/* A new or reset QP's completer: nothing acknowledged.  The retry budgets
+ * are loaded at RTS.  Under qp->lock. */
+void completer_reset(struct uroce_qp *qp)
+{
+	memset(&qp->comp, 0, sizeof(qp->comp));
 }
 
 void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
@@ -283,8 +268,8 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		return;
 	/* responses for PSNs never sent are bogus (§6.6: ignore what is not
 	 * outstanding) */
-	if (psn_cmp(pkt->psn, qp->max_psn) >= 0) {
-		LOG_DBG("uroce: qp 0x%x response psn 0x%x beyond anything sent (0x%x)", qp->qpn, pkt->psn, qp->max_psn);
+	if (psn_cmp(pkt->psn, qp->req.max_psn) >= 0) {
+		LOG_DBG("uroce: qp 0x%x response psn 0x%x beyond anything sent (0x%x)", qp->qpn, pkt->psn, qp->req.max_psn);
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
 	}
@@ -303,65 +288,3 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	requester_run(qp);  /* sends what the window allows and (re)arms the timers */
 }
 
-/* The adaptive retransmission timer (early retry).  Go-back-N recovers a
- * lost packet only when a NAK or the ACK timer says so, and the responder
- * NAKs a gap just once (§6.2): a lost tail, or a retransmission that is
- * itself lost or overtaken (a reordering network), leaves the requester
- * waiting for the full IBA ACK timeout (67 ms at the usual timeout 14) with
- * nothing in flight.  So, like hardware RNICs' adaptive retransmission, the
- * requester probes earlier, after a timeout measured from the round trip
- * (rto_ns: 2 srtt + 4 rttvar, at least UROCE_RTO_MIN_US, doubling while
- * nothing moves).  A probe resends only the packet at una with AckReq:
- * - if the packets after it were merely late (a loaded host delays loopback
- *   packets by milliseconds), they reach the responder first and the ACK
- *   covers them: one duplicate was the whole cost;
- * - if they were lost, the responder ACKs exactly the probe and handle_aeth
- *   goes back to the PSN after it.
- * Una inside a READ or atomic is asked again whole (go-back-N).  Probes do
- * not count against retry_cnt: the IBA ACK timer still runs from the last
- * progress and alone decides IBV_WC_RETRY_EXC_ERR, so what an application
- * sees of timeouts and retry counts is unchanged (§6.6). */
-void completer_timer(struct uroce_qp *qp, uint64_t now)
-{
-	qp->timer_deadline = 0;
-	if (qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD)
-		return;
-	if (qp->rnr_wait) {
-		/* RNR timer expired: resend from the NAKed PSN */
-		qp->rnr_wait = false;
-		requester_rewind(qp, qp->una_psn);
-	} else if (psn_cmp(qp->snd_psn, qp->una_psn) <= 0 && !qp->rd_atomic_out) {
-		qp_timers_off(qp); /* nothing outstanding */
-		return;
-	} else if (!qp->ack_deadline || now < qp->ack_deadline) {
-		if (!qp->rto_deadline || now < qp->rto_deadline) {
-			requester_arm_timer(qp);  /* early: not this one's time */
-			return;
-		}
-		dev_count(qp->dev, UC_rto_probes, 1);
-		LOG_DBG("uroce: qp 0x%x early retry: una 0x%x snd 0x%x srtt %llu ns rttvar %llu ns backoff %u",
-			qp->qpn, qp->una_psn, qp->snd_psn, (unsigned long long)qp->srtt_ns,
-			(unsigned long long)qp->rttvar_ns, qp->rto_backoff);
-		qp->rto_deadline = 0;
-		qp->rto_backoff++;
-		if (requester_probe(qp)) {
-			requester_arm_timer(qp);
-			return;
-		}
-		requester_retry_from(qp, qp->una_psn, false);
-	} else {
-		dev_count(qp->dev, UC_timeouts, 1);
-		LOG_DBG("uroce: qp 0x%x ACK timeout: una 0x%x snd 0x%x max 0x%x rd_atomic_out %u retry_left %u, late by %lld ns",
-			qp->qpn, qp->una_psn, qp->snd_psn, qp->max_psn, qp->rd_atomic_out, qp->retry_left,
-			(long long)(now_ns() - qp->ack_deadline));
-		qp->ack_deadline = qp->rto_deadline = 0;
-		if (qp->retry_left == 0) {
-			fail_wqe_at(qp, qp->una_psn, IBV_WC_RETRY_EXC_ERR);
-			return;
-		}
-		qp->retry_left--;
-		qp->rto_backoff++;
-		requester_retry_from(qp, qp->una_psn, true);
-	}
-	requester_run(qp);
-}

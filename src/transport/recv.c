@@ -2,8 +2,8 @@
  * responder (requests) or the completer (responses).  Every drop is counted
  * under its reason; nothing here trusts a length it has not checked. */
 #include "transport.h"
-#include "hdr.h"
-#include "icrc.h"
+#include "../wire/hdr.h"
+#include "../wire/icrc.h"
 #include <string.h>
 
 /* §4: ICRC over the packet as the IP layer carried it.  A UDP socket hides
@@ -137,5 +137,5 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 	for (int i = 0; i < n; i++)
 		if (req[i])
 			transport_rx(dev, &pkts[i]);
-	transport_rx_batch_end(dev);
+	ack_rx_batch_end(dev);
 }

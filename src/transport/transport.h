@@ -1,25 +1,22 @@
-/* Entry points of the transport roles (shared/docs/roce-wire.md §5-§7):
- *   recv.c       validation and demultiplexing of every received packet
- *   requester.c  send queue -> request packets (go-back-N restarts)
- *   completer.c  ACKs, NAKs, READ responses, atomic ACKs -> send completions
- *   responder.c  requests -> memory, receive queue, ACK/NAK/READ responses
- * All of them run with qp->lock held unless said otherwise. */
+/* The transport (shared/docs/roce-wire.md §5-§7), one file per role:
+ *   recv.c        validation and demultiplexing of every received packet
+ *   requester.c   send queue -> request packets (go-back-N restarts)
+ *   completer.c   ACKs, NAKs, READ responses, atomic ACKs -> send completions
+ *   responder.c   requests -> memory, receive queue, NAK/READ responses
+ *   ack.c         the responder's ACKs: coalescing and deferral
+ *   ud.c          UD sends and receives
+ *   timer.c       arming the requester's timers; retry.c what they do
+ *   completion.c  in-order send completion, flush, the error state
+ *   tx.c          packet assembly and batched transmission
+ * Dependencies point down this list's call order: recv and retry call the
+ * roles, the roles call ack, timer, completion and tx, never the reverse
+ * (docs/architecture.md).  Everything runs with qp->lock held unless said
+ * otherwise. */
 #ifndef UROCE_TRANSPORT_H
 #define UROCE_TRANSPORT_H
 
 #include "../core/device.h"
 #include "../net/net.h"
-
-/* recv.c: the engine (or a poller) hands every received packet here;
- * takes the QP lock itself. */
-void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
-/* A batch of received packets: transport_rx for each, responses first,
- * then transport_rx_batch_end (recv.c). */
-void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n);
-/* After a receive batch: send the ACKs the responder coalesced (responder.c). */
-void transport_rx_batch_end(struct uroce_dev *dev);
-/* Send the deferred ACKs whose wait is over (responder.c); under rx_lock. */
-void transport_flush_deferred_acks(struct uroce_dev *dev, uint64_t now);
 
 /* A parsed, validated packet. */
 struct uroce_pkt {
@@ -33,74 +30,85 @@ struct uroce_pkt {
 	const struct uroce_rxpkt *rx;
 };
 
+struct tx_batch;
+
+/* recv.c: every received packet; takes the QP lock itself (under rx_lock). */
+void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
+/* A batch of received packets: transport_rx for each, responses first,
+ * then ack_rx_batch_end. */
+void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n);
+
+/* retry.c: the QP's timer deadline passed (exec/progress.c). */
+void retry_timer_fire(struct uroce_qp *qp, uint64_t now);
+
 /* requester.c */
 void requester_run(struct uroce_qp *qp);
+/* A new or reset QP's requester state: nothing sent. */
+void requester_reset(struct uroce_qp *qp);
 /* Start again at PSN `psn` (go-back-N, §6.6). */
 void requester_rewind(struct uroce_qp *qp, uint32_t psn);
-/* Arm what is not armed of the local ACK timer (§6.6) and the adaptive
- * retransmission timer while requests are outstanding; both off otherwise. */
-void requester_arm_timer(struct uroce_qp *qp);
 /* Resend the packet at una with AckReq, send position unchanged; false if
- * una is not a SEND/WRITE packet (completer.c: the adaptive timer). */
+ * una is not a SEND/WRITE packet (retry.c: the adaptive timer). */
 bool requester_probe(struct uroce_qp *qp);
-/* The timed packet was acknowledged at `now`: update srtt/rttvar. */
-void requester_rtt_sample(struct uroce_qp *qp, uint64_t now);
 /* After a loss signal (sequence NAK, READ gap, probe that found a loss,
  * timeout): shrink the congestion window and go back to `psn` (§6.6). */
 void requester_retry_from(struct uroce_qp *qp, uint32_t psn, bool timeout);
-/* Congestion window: ACKed progress. */
-void requester_cwnd_progress(struct uroce_qp *qp, uint32_t acked);
-/* Build and send one packet of a responder-generated kind (ACK, NAK, READ
- * response, atomic ACK) from `hdr` (BTH..ext headers) + payload segments. */
-int transport_send_response(struct uroce_qp *qp, uint8_t *hdr, uint32_t hdrlen,
-			    const struct uroce_seg *seg, int nseg, uint32_t paylen);
+
+/* timer.c */
+/* Arm what is not armed of the local ACK timer (§6.6) and the adaptive
+ * retransmission timer while requests are outstanding; both off otherwise. */
+void requester_arm_timer(struct uroce_qp *qp);
 
 /* completer.c */
 void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
-void completer_timer(struct uroce_qp *qp, uint64_t now);
+/* A new or reset QP's completer state: nothing acknowledged. */
+void completer_reset(struct uroce_qp *qp);
 
 /* responder.c */
 void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
-struct tx_batch;
-/* A deferred ACK leaves with the requests in `b` (responder.c). */
-void responder_ack_ride(struct uroce_qp *qp, struct tx_batch *b);
-/* The requester sends after a deferred ACK went alone (responder.c). */
-void responder_request_follows(struct uroce_qp *qp);
-/* The owed ACK, if any, goes out now (responder.c). */
-void responder_ack_now(struct uroce_qp *qp);
-/* A new or reset QP's responder state: no ACK owed, no message under way. */
+/* A new or reset QP's responder state: no message under way, no saved
+ * READ/atomic. */
 void responder_reset(struct uroce_qp *qp);
-/* A QP being destroyed leaves the responder's bookkeeping (under rx_lock). */
-void responder_qp_gone(struct uroce_qp *qp);
-/* UD receive (§6.7, §9): Q_Key check, no PSN order, 40-byte GRH area. */
-void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
 
-/* qp.c: error handling shared by the roles. */
-void qp_enter_error(struct uroce_qp *qp);           /* qp->lock held */
+/* ud.c (§6.7, §9) */
+void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
+/* One UD message into `b` (its destination from the WQE). */
+void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b);
+
+/* ack.c */
+/* Owe an ACK of `psn` (msg_end: the last packet of a message, which may
+ * wait for a request to ride with); one goes out per QP per batch. */
+void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end);
+/* An ACK/NAK of `syndrome` for `psn` now, after any ACK still owed. */
+void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn);
+/* The owed ACK, if any, goes out now (before another response of the QP). */
+void ack_flush_owed(struct uroce_qp *qp);
+/* After a receive batch: send the ACKs coalesced in it, or defer them. */
+void ack_rx_batch_end(struct uroce_dev *dev);
+/* Send the deferred ACKs whose wait is over; under rx_lock. */
+void ack_flush_deferred(struct uroce_dev *dev, uint64_t now);
+/* A deferred ACK leaves with the requests in `b`. */
+void ack_ride(struct uroce_qp *qp, struct tx_batch *b);
+/* The requester sends after a deferred ACK went alone. */
+void ack_request_follows(struct uroce_qp *qp);
+/* The owed ACK, if any, goes out now if the state still sends; owed and
+ * deferral end either way. */
+void ack_now(struct uroce_qp *qp);
+/* A new or reset QP: no ACK owed. */
+void ack_reset(struct uroce_qp *qp);
+/* A QP being destroyed leaves the ACK lists (under rx_lock). */
+void ack_qp_gone(struct uroce_qp *qp);
+
+/* completion.c: shared by the roles. */
+void qp_enter_error(struct uroce_qp *qp);
 void qp_complete_send(struct uroce_qp *qp, struct uroce_send_wqe *w, enum ibv_wc_status st);
 void qp_retire_sends(struct uroce_qp *qp);          /* deliver DONE WQEs in order */
 void qp_flush_queues(struct uroce_qp *qp);
+void qp_flush_recv_queue(struct uroce_qp *qp);
 int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out);  /* 0 ok, -1 empty */
-void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type);
-bool async_event_is_qp(enum ibv_event_type t);
-
-/* cq.c */
-int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited);
-
-/* mr.c */
-struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key);
-enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
-				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out);
-enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
-					unsigned access, struct uroce_seg *out);
-static inline uint8_t *mr_host(const struct uroce_mr *mr, uint64_t va)
-{
-	return mr->host + (va - mr->iova);
-}
-
-/* copy helpers over a segment list */
-void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len);
-/* iovecs for `len` bytes at offset `off`; returns the iovec count used */
-int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max);
+/* The oldest WQE not yet completed that has packets on the wire, or NULL. */
+struct uroce_send_wqe *sq_oldest_started(struct uroce_qp *qp);
+/* The oldest started WQE completes with `st`; the QP enters ERROR. */
+void qp_fail_oldest(struct uroce_qp *qp, enum ibv_wc_status st);
 
 #endif

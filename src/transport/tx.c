@@ -5,8 +5,9 @@
  * of one size (the last of a run may be shorter) go out as one UDP GSO send,
  * and the whole batch in one sendmmsg. */
 #include "tx.h"
-#include "hdr.h"
-#include "icrc.h"
+#include "../wire/hdr.h"
+#include "../mem/mem.h"
+#include "../wire/icrc.h"
 
 #define GSO_MAX_IOV 1000   /* below the kernel's UIO_MAXIOV per datagram */
 

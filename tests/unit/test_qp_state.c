@@ -1,6 +1,6 @@
 /* The QP state/attribute table (core/qp_state.c) against IBA 11.2.5 cases. */
 #include <stdio.h>
-#include "core/qp_state.h"
+#include "obj/qp_state.h"
 
 static int failures, checks;
 #define CHECK(cond, name) do { checks++; if (!(cond)) { failures++; printf("not ok: %s\n", name); } } while (0)

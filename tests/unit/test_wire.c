@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "transport/hdr.h"
-#include "transport/icrc.h"
-#include "transport/opcode.h"
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+#include "wire/opcode.h"
 
 static int failures, checks;
 

@@ -3,8 +3,7 @@
  * A CQ is a ring of struct ibv_wc under a spinlock.  A completion channel is
  * an eventfd (a real pollable fd, as applications expect of channel->fd) plus
  * a FIFO of the CQs that fired; ibv_get_cq_event reads one. */
-#include "device.h"
-#include "../verbs/ops.h"
+#include "obj.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-#include "../transport/transport.h"
+#include "../core/cq_ring.h"
 
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
 {
@@ -47,28 +46,6 @@ int uroce_destroy_comp_channel(struct ibv_comp_channel *ibch)
 	free(ch->pending);
 	free(ch);
 	return 0;
-}
-
-static void channel_signal(struct uroce_cq *cq)
-{
-	struct uroce_comp_channel *ch = to_uchan(cq->ibv.channel);
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&ch->lock);
-	if (ch->npending == ch->cap) {
-		unsigned ncap = ch->cap ? ch->cap * 2 : 16;
-		struct uroce_cq **p = realloc(ch->pending, ncap * sizeof(*p));
-		if (!p) {
-			pthread_mutex_unlock(&ch->lock);
-			return;
-		}
-		ch->pending = p;
-		ch->cap = ncap;
-	}
-	ch->pending[ch->npending++] = cq;
-	pthread_mutex_unlock(&ch->lock);
-	if (write(ch->ibv.fd, &one, sizeof(one)) < 0)
-		LOG_ERR("uroce: completion channel write failed");
 }
 
 int uroce_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq, void **cq_context)
@@ -106,7 +83,6 @@ void uroce_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
 }
 
 /* ---- extended CQ polling (ibv_start_poll & co) over the same ring ---- */
-static int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc);
 
 static void cqx_fill(struct uroce_cq *cq)
 {
@@ -299,68 +275,6 @@ int uroce_resize_cq(struct ibv_cq *ibcq, int cqe)
 	pthread_spin_unlock(&cq->lock);
 	free(old);
 	return 0;
-}
-
-/* Add a completion.  Returns -1 on overrun (the CQ then reports an async
- * IBV_EVENT_CQ_ERR, as hardware does). */
-int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
-{
-	bool fire = false;
-
-	pthread_spin_lock(&cq->lock);
-	if (cq->head - cq->tail >= cq->size - 1) {
-		cq->overrun = true;
-		pthread_spin_unlock(&cq->lock);
-		dev_count(cq->dev, UC_cq_overruns, 1);
-		return -1;
-	}
-	cq->ring[cq->head & (cq->size - 1)] = *wc;
-	__atomic_store_n(&cq->head, cq->head + 1, __ATOMIC_RELEASE);
-	if (cq->armed == CQ_ARM_ALL || (cq->armed == CQ_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS))) {
-		cq->armed = 0;
-		fire = true;
-	}
-	pthread_spin_unlock(&cq->lock);
-	if (fire && cq->ibv.channel)
-		channel_signal(cq);
-	return 0;
-}
-
-static int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc)
-{
-	int got = 0;
-
-	pthread_spin_lock(&cq->lock);
-	if (cq->head != cq->tail) {
-		*wc = cq->ring[cq->tail & (cq->size - 1)];
-		cq->tail++;
-		got = 1;
-	}
-	pthread_spin_unlock(&cq->lock);
-	return got;
-}
-
-int uroce_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
-{
-	struct uroce_cq *cq = to_ucq(ibcq);
-	int n = 0;
-
-	if (num <= 0)
-		return 0;
-	/* lock-free check first: an empty CQ is the common case of a poll loop */
-	if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail) {
-		dev_poll_progress(cq->dev);
-		if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail)
-			return 0;
-	}
-	pthread_spin_lock(&cq->lock);
-	while (n < num && cq->head != cq->tail) {
-		wc[n++] = cq->ring[cq->tail & (cq->size - 1)];
-		cq->tail++;
-	}
-	pthread_spin_unlock(&cq->lock);
-	dev_poll_found(cq->dev);
-	return n;
 }
 
 int uroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)

@@ -1,28 +1,10 @@
-/* Protection domains, memory regions and their keys.
- *
- * Keys: low 16 bits index the MR table, high 16 bits are random, so a key is
- * unique and not trivially guessable; lkey == rkey as on rxe.  The responder
- * looks keys up under dev->rx_lock, and deregistration removes an MR under
- * that same lock, so no remote access can be in flight on a freed MR; the
- * transport never keeps an MR pointer across packets. */
-#include "device.h"
-#include "../verbs/ops.h"
+/* Protection domains and memory regions: the verbs.  Keys, the MR table and
+ * the memory checks are mem/'s (mem.h). */
+#include "obj.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include "../transport/transport.h"
-
-static struct uroce_mr *mr_table[UROCE_MAX_MR];
-static uint32_t mr_hint = 1;
-
-static uint16_t random16(void)
-{
-	uint16_t v = 0;
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v))
-		v = (uint16_t)now_ns();
-	return v;
-}
+#include "../mem/mem.h"
 
 struct ibv_pd *uroce_alloc_pd(struct ibv_context *ctx)
 {
@@ -99,22 +81,14 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 		return NULL;
 	}
 	pthread_mutex_lock(&dev->rx_lock);
-	uint32_t idx = 0;
-	for (uint32_t i = 0; i < UROCE_MAX_MR - 1; i++) {
-		uint32_t c = (mr_hint + i) % UROCE_MAX_MR;
-		if (c && !mr_table[c]) {
-			idx = c;
-			break;
-		}
-	}
-	if (!idx) {
+	uint32_t key = mem_key_alloc();
+	if (!key) {
 		pthread_mutex_unlock(&dev->rx_lock);
 		free(mr);
 		errno = ENOMEM;
 		return NULL;
 	}
-	mr_hint = idx + 1;
-	uint32_t key = (uint32_t)random16() << 16 | idx;
+	uint32_t idx = key & (UROCE_MAX_MR - 1);
 	mr->ibv.context = ibpd->context;
 	mr->ibv.pd = ibpd;
 	mr->ibv.addr = addr;
@@ -125,7 +99,7 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	mr->host = addr;
 	mr->length = length;
 	mr->access = access;
-	mr_table[idx] = mr;
+	mem_mr_publish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_add(&to_upd(ibpd)->refcnt, 1);
 	pthread_mutex_lock(&dev->lock);
@@ -140,7 +114,7 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 	struct uroce_dev *dev = to_uctx(ibmr->context)->dev;
 
 	pthread_mutex_lock(&dev->rx_lock);
-	mr_table[ibmr->lkey & (UROCE_MAX_MR - 1)] = NULL;
+	mem_mr_unpublish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
 	pthread_mutex_lock(&dev->lock);
@@ -185,90 +159,8 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 		mr->ibv.pd = pd;
 	}
 	/* new keys, as a real rereg hands out (old rkeys must stop working) */
-	uint32_t idx = mr->ibv.lkey & (UROCE_MAX_MR - 1);
-	mr->ibv.lkey = mr->ibv.rkey = (uint32_t)random16() << 16 | idx;
+	mr->ibv.lkey = mr->ibv.rkey = mem_key_renew(mr->ibv.lkey);
 	pthread_mutex_unlock(&dev->rx_lock);
 	return 0;
 }
 
-struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
-{
-	struct uroce_mr *mr = mr_table[key & (UROCE_MAX_MR - 1)];
-	(void)dev;
-	return (mr && mr->ibv.lkey == key) ? mr : NULL;
-}
-
-static bool range_ok(const struct uroce_mr *mr, uint64_t va, uint64_t len)
-{
-	return va >= mr->iova && len <= mr->length && va - mr->iova <= mr->length - len;
-}
-
-/* The one memory check: key, protection domain, access, bounds, each with
- * its named verdict (mapped to NAKs in responder.c, WC statuses in qp.c). */
-static enum uroce_mem_verdict mr_check(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t key, uint64_t va,
-				       uint64_t len, unsigned access, struct uroce_mr **out)
-{
-	struct uroce_mr *mr = mr_get(dev, key);
-
-	if (!mr)
-		return MEM_KEY_INVALID;
-	if (to_upd(mr->ibv.pd) != pd)
-		return MEM_PD_MISMATCH;
-	if ((mr->access & access) != access)
-		return MEM_ACCESS;
-	if (!range_ok(mr, va, len))
-		return MEM_BOUNDS;
-	*out = mr;
-	return MEM_OK;
-}
-
-enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
-				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
-{
-	return mr_check(dev, pd, rkey, va, len, access, out);
-}
-
-enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
-					unsigned access, struct uroce_seg *out)
-{
-	struct uroce_mr *mr;
-	enum uroce_mem_verdict v = mr_check(dev, pd, sge->lkey, sge->addr, sge->length, access, &mr);
-
-	if (v == MEM_OK) {
-		out->addr = mr_host(mr, sge->addr);
-		out->len = sge->length;
-	}
-	return v;
-}
-
-void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len)
-{
-	struct iovec iov[UROCE_MAX_SGE + 1];
-	int k = seg_iov(seg, nseg, off, len, iov, UROCE_MAX_SGE + 1);
-
-	for (int i = 0; i < k; i++) {
-		memcpy(iov[i].iov_base, src, iov[i].iov_len);
-		src += iov[i].iov_len;
-	}
-}
-
-int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max)
-{
-	int k = 0;
-
-	for (uint32_t i = 0; i < nseg && len && k < max; i++) {
-		if (off >= seg[i].len) {
-			off -= seg[i].len;
-			continue;
-		}
-		uint32_t n = seg[i].len - off;
-		if (n > len)
-			n = len;
-		iov[k].iov_base = seg[i].addr + off;
-		iov[k].iov_len = n;
-		k++;
-		len -= n;
-		off = 0;
-	}
-	return k;
-}

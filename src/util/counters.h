@@ -1,7 +1,7 @@
 /* Per-device counters: the one table (name, meaning).  Bumped where the
  * decision is made; readable from another process with `uroce stat`. */
-#ifndef UROCE_COUNTERS_H
-#define UROCE_COUNTERS_H
+#ifndef UROCE_UTIL_COUNTERS_H
+#define UROCE_UTIL_COUNTERS_H
 
 #include <stdint.h>
 
@@ -63,20 +63,8 @@ enum uroce_counter {
 extern const char *const uroce_counter_names[UC__COUNT];
 extern const char *const uroce_counter_help[UC__COUNT];
 
-/* The shared-memory page a process publishes at /dev/shm/uroce.<pid>. */
-#define UROCE_SHM_MAGIC 0x65636f7275ULL /* "uroce" */
-#define UROCE_SHM_VERSION 1
-#define UROCE_MAX_GIDS 4
-
-struct uroce_shm {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t pid;
-	uint32_t ngids;
-	uint32_t active_mtu;
-	uint8_t gids[UROCE_MAX_GIDS][16];
-	char cmdline[128];
-	uint64_t counters[UC__COUNT];
-};
+/* Add n to counter c of a stats page (stats.h); relaxed: counters order
+ * nothing. */
+#define UROCE_COUNT(page, c, n) __atomic_fetch_add(&(page)->counters[c], (n), __ATOMIC_RELAXED)
 
 #endif

@@ -11,11 +11,10 @@
 #include <sys/eventfd.h>
 #include <sys/types.h>
 #include <unistd.h>
-#include "../core/device.h"
-#include "../core/qp_state.h"
-#include "../transport/icrc.h"
-#include "../transport/transport.h"
 #include "ops.h"
+#include "../exec/exec.h"
+#include "../wire/ip.h"
+#include "../core/async.h"
 
 #undef ibv_get_device_list
 #undef ibv_query_port
@@ -59,17 +58,10 @@ EXPORT const char *ibv_get_device_name(struct ibv_device *device)
 	return device->name;
 }
 
-/* A stable node GUID: EUI-64 style from the vendor id and the host. */
-static __be64 node_guid(void)
-{
-	uint64_t g = 0x02000000fffe0000ull | (uint64_t)(UROCE_VENDOR_ID & 0xFFFF) << 40 | (gethostid() & 0xFFFF);
-	return htobe64(g);
-}
-
 EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 {
 	(void)device;
-	return node_guid();
+	return uroce_node_guid();
 }
 
 EXPORT int ibv_get_device_index(struct ibv_device *device)
@@ -141,90 +133,6 @@ EXPORT int ibv_close_device(struct ibv_context *ctx)
 	free(uctx->async_q);
 	uroce_dev_put(uctx->dev);
 	free(uctx);
-	return 0;
-}
-
-static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
-{
-	(void)dev;
-	memset(a, 0, sizeof(*a));
-	snprintf(a->fw_ver, sizeof(a->fw_ver), "uroce %s", "0.1");
-	a->node_guid = node_guid();
-	a->sys_image_guid = node_guid();
-	a->max_mr_size = 1ull << 40;
-	a->page_size_cap = 0xFFFFF000;
-	a->vendor_id = UROCE_VENDOR_ID;
-	a->vendor_part_id = UROCE_VENDOR_PART_ID;
-	a->hw_ver = 1;
-	a->max_qp = UROCE_MAX_QP - 3;
-	a->max_qp_wr = UROCE_MAX_QP_WR;
-	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
-			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE * 0 |
-			      IBV_DEVICE_N_NOTIFY_CQ;
-	a->max_sge = UROCE_MAX_SGE;
-	a->max_sge_rd = UROCE_MAX_SGE;
-	a->max_cq = UROCE_MAX_CQ;
-	a->max_cqe = UROCE_MAX_CQE;
-	a->max_mr = UROCE_MAX_MR - 1;
-	a->max_pd = UROCE_MAX_PD;
-	a->max_qp_rd_atom = UROCE_MAX_RD_ATOMIC;
-	a->max_res_rd_atom = UROCE_MAX_RD_ATOMIC * (UROCE_MAX_QP - 3);
-	a->max_qp_init_rd_atom = UROCE_MAX_RD_ATOMIC;
-	a->atomic_cap = IBV_ATOMIC_HCA;
-	a->max_srq = UROCE_MAX_SRQ;
-	a->max_srq_wr = UROCE_MAX_SRQ_WR;
-	a->max_srq_sge = UROCE_MAX_SGE;
-	a->max_pkeys = 1;
-	a->local_ca_ack_delay = 15;
-	a->phys_port_cnt = 1;
-	a->max_ah = UROCE_MAX_AH;
-}
-
-EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
-{
-	fill_device_attr(to_uctx(ctx)->dev, attr);
-	return 0;
-}
-
-int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
-			  struct ibv_device_attr_ex *attr, size_t attr_size)
-{
-	struct ibv_device_attr_ex a;
-
-	if (input && input->comp_mask)
-		return EINVAL;
-	if (attr_size < sizeof(attr->orig_attr))
-		return EINVAL;
-	memset(&a, 0, sizeof(a));
-	fill_device_attr(to_uctx(ctx)->dev, &a.orig_attr);
-	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
-	a.phys_port_cnt_ex = 1;
-	a.max_wq_type_rq = 0;
-	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
-	return 0;
-}
-
-int uroce_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
-{
-	struct uroce_dev *dev = to_uctx(ctx)->dev;
-	struct ibv_port_attr a;
-
-	if (port != 1)
-		return EINVAL;
-	memset(&a, 0, sizeof(a));
-	a.state = IBV_PORT_ACTIVE;
-	a.max_mtu = IBV_MTU_4096;
-	a.active_mtu = dev->cfg.active_mtu;
-	a.gid_tbl_len = dev->cfg.ngids;
-	a.port_cap_flags = 0;
-	a.max_msg_sz = UROCE_MAX_MSG;
-	a.pkey_tbl_len = 1;
-	a.max_vl_num = 1;
-	a.active_width = 1;   /* 1X */
-	a.active_speed = 32;  /* EDR (25 Gb/s per lane): a nominal figure */
-	a.phys_state = 5;     /* LinkUp */
-	a.link_layer = IBV_LINK_LAYER_ETHERNET;
-	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
 	return 0;
 }
 

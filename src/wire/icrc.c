@@ -8,13 +8,6 @@
 /* zlib-form CRC of the 8-byte 0xFF prefix: crc32(0, ff*8) (§4.3). */
 #define ICRC_PREFIX_SEED 0x2144DF1Cu
 
-static const uint8_t v4mapped_prefix[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff };
-
-int gid_is_ipv4(const uint8_t gid[16])
-{
-	return memcmp(gid, v4mapped_prefix, 12) == 0;
-}
-
 /* The 8-byte 0xFF prefix is in the seed; writes the masked IP and UDP
  * headers (§4.2) to b and returns their length: 28 (IPv4) or 48 (IPv6). */
 static size_t icrc_pseudo(const struct icrc_iphdr *h, uint8_t *b)

@@ -1,14 +1,9 @@
-/* Provider entry points of core/ and the ops table that installs them. */
-#ifndef UROCE_OPS_H
-#define UROCE_OPS_H
-#include <infiniband/verbs.h>
-#include <sys/types.h>
+/* The object verbs (obj/): PDs, MRs, CQs and channels, QPs, SRQs -- create,
+ * modify, query, destroy.  api/ops.c installs them. */
+#ifndef UROCE_OBJ_H
+#define UROCE_OBJ_H
 
-void uroce_fill_ops(struct verbs_context *vctx);
-
-int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *input,
-			  struct ibv_device_attr_ex *attr, size_t attr_size);
-int uroce_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
+#include "../core/device.h"
 
 struct ibv_pd *uroce_alloc_pd(struct ibv_context *ctx);
 int uroce_dealloc_pd(struct ibv_pd *pd);
@@ -25,7 +20,6 @@ int uroce_resize_cq(struct ibv_cq *cq, int cqe);
 int uroce_destroy_cq(struct ibv_cq *cq);
 int uroce_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context);
 void uroce_ack_cq_events(struct ibv_cq *cq, unsigned int nevents);
-int uroce_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
 int uroce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 
 struct ibv_qp *uroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
@@ -33,13 +27,14 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 int uroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int uroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 int uroce_destroy_qp(struct ibv_qp *qp);
-int uroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
-int uroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 
 struct ibv_srq *uroce_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 int uroce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
 int uroce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int uroce_destroy_srq(struct ibv_srq *srq);
-int uroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+/* A receive queue's storage: max_wr WQEs of max_sge segments each (srq.c). */
+int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge);
+void rq_fini(struct uroce_rq *rq);
 
 #endif

@@ -1,71 +1,17 @@
-/* The per-process device: configuration, addresses, counters page, engine. */
-#include "device.h"
-#include "../verbs/ops.h"
-#include <arpa/inet.h>
-#include <dirent.h>
+/* Configuration from the environment (README, "Configuration"): read once,
+ * when the device opens. */
+#include "config.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
+#include <netinet/in.h>
 #include <unistd.h>
-#include "../net/net.h"
-#include "../transport/icrc.h"
-
-const char *const uroce_counter_names[UC__COUNT] = {
-#define X(n, d) #n,
-	UROCE_COUNTERS(X)
-#undef X
-};
-const char *const uroce_counter_help[UC__COUNT] = {
-#define X(n, d) d,
-	UROCE_COUNTERS(X)
-#undef X
-};
-
-static int log_level = -1;
-
-void uroce_log(int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (log_level < 0) {
-		const char *e = getenv("UROCE_LOG");
-		log_level = e ? atoi(e) : 0;
-	}
-	if (level > log_level)
-		return;
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-static int parse_addr(const char *s, uint8_t gid[16])
-{
-	struct in_addr a4;
-	struct in6_addr a6;
-
-	if (inet_pton(AF_INET, s, &a4) == 1) {
-		memset(gid, 0, 10);
-		gid[10] = gid[11] = 0xff;
-		memcpy(gid + 12, &a4, 4);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, s, &a6) == 1) {
-		memcpy(gid, &a6, 16);
-		return 0;
-	}
-	return -1;
-}
+#include "log.h"
+#include "../wire/ip.h"
 
 static unsigned env_uint(const char *name, unsigned def)
 {
@@ -187,7 +133,7 @@ int uroce_config_load(struct uroce_config *cfg)
 		char buf[512], *save = NULL;
 		snprintf(buf, sizeof(buf), "%s", e);
 		for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-			if (cfg->ngids == UROCE_MAX_GIDS || parse_addr(t, cfg->gids[cfg->ngids]) < 0) {
+			if (cfg->ngids == UROCE_MAX_GIDS || gid_parse(t, cfg->gids[cfg->ngids]) < 0) {
 				LOG_ERR("uroce: UROCE_ADDR: cannot use '%s' (IPv4 or IPv6 addresses, comma separated, at most %d)",
 					t, UROCE_MAX_GIDS);
 				return -EINVAL;
@@ -241,16 +187,14 @@ int uroce_config_load(struct uroce_config *cfg)
 	cfg->ack_defer_us = env_uint("UROCE_ACK_DEFER_US", 20);
 	e = getenv("UROCE_SHM");
 	cfg->shm = !e || *e != '0';
+	e = getenv("UROCE_ENGINE_RT");
+	cfg->engine_rt = !e || *e != '0';
+	e = getenv("UROCE_NO_GSO");
+	cfg->no_gso = e != NULL;
+	e = getenv("UROCE_STATS");
+	cfg->stats_at_exit = e && *e && *e != '0';
+	uroce_log_set_level(cfg->log_level);
 	return 0;
-}
-
-static const char *gid_str(const uint8_t *g, char *buf, size_t n)
-{
-	if (gid_is_ipv4(g))
-		inet_ntop(AF_INET, g + 12, buf, (socklen_t)n);
-	else
-		inet_ntop(AF_INET6, g, buf, (socklen_t)n);
-	return buf;
 }
 
 void uroce_config_print(const struct uroce_config *cfg, FILE *f)
@@ -258,7 +202,7 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 	char a[64];
 
 	for (int i = 0; i < cfg->ngids; i++)
-		fprintf(f, "  gid[%d]        %s (RoCE v2, UDP port 4791)\n", i, gid_str(cfg->gids[i], a, sizeof(a)));
+		fprintf(f, "  gid[%d]        %s (RoCE v2, UDP port 4791)\n", i, gid_format(cfg->gids[i], a, sizeof(a)));
 	fprintf(f, "  address from  %s\n", cfg->addr_from_env ? "UROCE_ADDR" : "automatic (127.64.0.0/10, one per process)");
 	fprintf(f, "  active_mtu    %d (%s; UROCE_MTU sets it)\n", 128 << cfg->active_mtu, cfg->mtu_from);
 	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
@@ -283,198 +227,3 @@ void uroce_config_print(const struct uroce_config *cfg, FILE *f)
 			cfg->fault_drop_tx, cfg->fault_pct_tx, cfg->fault_drop_rx, cfg->fault_pct_rx);
 }
 
-static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* The counter page of a process killed before it closed its device stays in
- * /dev/shm (timeouts in test harnesses leave hundreds); the next device to
- * open removes the pages whose PID no longer exists.  (A PID namespace that
- * shares this /dev/shm would see another namespace's live pages as stale:
- * `uroce stat` would lose them, the processes themselves would not notice.) */
-/* The PID is alive: is it another process than the page's?  Yes if the
- * page is older than a few seconds (not one being set up right now) and the
- * process does not map it; no when that cannot be told. */
-static bool pid_reused(long pid, const char *name, int dfd)
-{
-	struct stat st;
-	char path[64], line[512];
-	bool mapped = false;
-
-	if (fstatat(dfd, name, &st, 0) < 0 || time(NULL) - st.st_mtime < 5)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!mapped && fgets(line, sizeof(line), f))
-		mapped = strstr(line, name) != NULL;
-	fclose(f);
-	return !mapped;
-}
-
-static void shm_sweep_stale(void)
-{
-	DIR *d = opendir("/dev/shm");
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		char *end;
-		if (strncmp(e->d_name, "uroce.", 6))
-			continue;
-		long pid = strtol(e->d_name + 6, &end, 10);
-		if (*end || pid <= 0 || pid > INT32_MAX || pid == (long)getpid())
-			continue;
-		struct stat st;
-		/* a page somebody hard-linked is kept on purpose (tests/netrc) */
-		if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 || st.st_nlink > 1)
-			continue;
-		if ((kill((pid_t)pid, 0) == 0 || errno != ESRCH) && !pid_reused(pid, e->d_name, dirfd(d)))
-			continue;
-		unlinkat(dirfd(d), e->d_name, 0);
-	}
-	closedir(d);
-}
-
-static int shm_publish(struct uroce_dev *dev)
-{
-	shm_sweep_stale();
-	snprintf(dev->shm_path, sizeof(dev->shm_path), "/dev/shm/uroce.%d", (int)getpid());
-	int fd = open(dev->shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	void *p = MAP_FAILED;
-
-	if (fd >= 0 && ftruncate(fd, sizeof(struct uroce_shm)) == 0)
-		p = mmap(NULL, sizeof(struct uroce_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (fd >= 0)
-		close(fd);
-	if (p == MAP_FAILED) {
-		/* counters still work in-process; `uroce stat` just won't see them */
-		dev->shm_path[0] = 0;
-		p = mmap(NULL, sizeof(struct uroce_shm), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return -ENOMEM;
-	}
-	dev->shm = p;
-	memset(dev->shm, 0, sizeof(*dev->shm));
-	dev->shm->version = UROCE_SHM_VERSION;
-	dev->shm->pid = (uint32_t)getpid();
-	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	if (cfd >= 0) {
-		ssize_t n = read(cfd, dev->shm->cmdline, sizeof(dev->shm->cmdline) - 1);
-		for (ssize_t i = 0; i + 1 < n; i++)
-			if (!dev->shm->cmdline[i])
-				dev->shm->cmdline[i] = ' ';
-		close(cfd);
-	}
-	return 0;
-}
-
-static void shm_finish(struct uroce_dev *dev)
-{
-	dev->shm->ngids = (uint32_t)dev->cfg.ngids;
-	dev->shm->active_mtu = 128u << dev->cfg.active_mtu;
-	memcpy(dev->shm->gids, dev->cfg.gids, sizeof(dev->shm->gids));
-	__atomic_store_n(&dev->shm->magic, UROCE_SHM_MAGIC, __ATOMIC_RELEASE);
-}
-
-/* UROCE_STATS=1: print the counters when the device closes (the demo uses
- * it; a running process is read with `uroce stat`). */
-static void print_stats_at_exit(struct uroce_dev *dev)
-{
-	const char *e = getenv("UROCE_STATS");
-	char a[64];
-
-	if (!e || !*e || *e == '0' || !dev->shm)
-		return;
-	fprintf(stderr, "uroce: pid %d gid %s counters:\n", (int)getpid(), dev->cfg.ngids ? gid_str(dev->cfg.gids[0], a, sizeof(a)) : "-");
-	for (int i = 0; i < UC__COUNT; i++)
-		if (dev->shm->counters[i])
-			fprintf(stderr, "uroce:   %-20s %12llu  %s\n", uroce_counter_names[i],
-				(unsigned long long)dev->shm->counters[i], uroce_counter_help[i]);
-}
-
-/* A program that exits without closing its device (perftest's atomic_lat
- * server does) still prints its UROCE_STATS counters. */
-static struct uroce_dev *the_dev;
-
-__attribute__((destructor)) static void stats_at_process_exit(void)
-{
-	if (the_dev)
-		print_stats_at_exit(the_dev);
-}
-
-static void dev_free(struct uroce_dev *dev)
-{
-	if (dev->engine_running)
-		engine_stop(dev);
-	print_stats_at_exit(dev);
-	net_destroy(dev->net);
-	if (dev->shm) {
-		if (dev->shm_path[0])
-			unlink(dev->shm_path);
-		munmap(dev->shm, sizeof(*dev->shm));
-	}
-	pthread_mutex_destroy(&dev->lock);
-	pthread_mutex_destroy(&dev->rx_lock);
-	free(dev);
-}
-
-struct uroce_dev *uroce_dev_get(void)
-{
-	struct uroce_dev *dev;
-	int rc;
-
-	pthread_mutex_lock(&dev_global_lock);
-	if (the_dev) {
-		the_dev->refcnt++;
-		dev = the_dev;
-		pthread_mutex_unlock(&dev_global_lock);
-		return dev;
-	}
-	dev = calloc(1, sizeof(*dev));
-	if (!dev) {
-		pthread_mutex_unlock(&dev_global_lock);
-		errno = ENOMEM;
-		return NULL;
-	}
-	pthread_mutex_init(&dev->lock, NULL);
-	/* priority inheritance: a real-time engine that waits for rx_lock lends
-	 * its priority to the application thread holding it (no inversion) */
-	pthread_mutexattr_t ma;
-	pthread_mutexattr_init(&ma);
-	pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
-	pthread_mutex_init(&dev->rx_lock, &ma);
-	pthread_mutexattr_destroy(&ma);
-	dev->refcnt = 1;
-	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
-	rc = uroce_config_load(&dev->cfg);
-	if (rc == 0)
-		rc = shm_publish(dev);
-	if (rc == 0) {
-		dev->net = net_create(dev);
-		if (!dev->net)
-			rc = -errno;
-	}
-	if (rc == 0)
-		rc = engine_start(dev);
-	if (rc < 0) {
-		dev_free(dev);
-		pthread_mutex_unlock(&dev_global_lock);
-		errno = -rc;
-		return NULL;
-	}
-	shm_finish(dev);
-	the_dev = dev;
-	pthread_mutex_unlock(&dev_global_lock);
-	return dev;
-}
-
-void uroce_dev_put(struct uroce_dev *dev)
-{
-	pthread_mutex_lock(&dev_global_lock);
-	if (--dev->refcnt == 0) {
-		the_dev = NULL;
-		dev_free(dev);
-	}
-	pthread_mutex_unlock(&dev_global_lock);
-}

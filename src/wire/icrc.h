@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include "ip.h"
 
 /* Fields of the IP and UDP headers the ICRC covers.  The GIDs are 16-byte
  * RoCEv2 GIDs: IPv4-mapped (::ffff:a.b.c.d) means IPv4 (§9). */
@@ -15,8 +16,6 @@ struct icrc_iphdr {
 	uint16_t ip_id;    /* IPv4 Identification (covered by the ICRC, §4.2) */
 	uint16_t ip_frag;  /* IPv4 flags + fragment offset, 0x4000 = DF */
 };
-
-int gid_is_ipv4(const uint8_t gid[16]);
 
 /* CRC state (zlib's finalised form) after the 8×0xFF prefix and the masked
  * IP and UDP headers. */

@@ -1,0 +1,23 @@
+/* ibv_poll_cq: an application's poll is also a progress point -- an empty
+ * CQ runs the receive path (exec/progress.c, the hand-off), completions
+ * found may hand it back to the engine. */
+#include "ops.h"
+#include "../core/cq_ring.h"
+#include "../exec/exec.h"
+
+int uroce_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct uroce_cq *cq = to_ucq(ibcq);
+
+	if (num <= 0)
+		return 0;
+	/* lock-free check first: an empty CQ is the common case of a poll loop */
+	if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail) {
+		exec_poll_progress(cq->dev);
+		if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail)
+			return 0;
+	}
+	int n = cq_pop_many(cq, wc, num);
+	exec_poll_found(cq->dev);
+	return n;
+}

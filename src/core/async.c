@@ -1,0 +1,42 @@
+/* Asynchronous events (ibv_get_async_event): queued on the context, and
+ * its async_fd (an eventfd) counts them. */
+#include "async.h"
+#include <stdlib.h>
+#include <unistd.h>
+
+bool async_event_is_qp(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return true;
+	default:
+		return false;
+	}
+}
+
+void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
+{
+	struct uroce_context *uctx = to_uctx(qp->ibv.qp_base.context);
+	struct ibv_async_event ev = { .event_type = type };
+	uint64_t one = 1;
+
+	ev.element.qp = &qp->ibv.qp_base;
+	pthread_mutex_lock(&uctx->async_lock);
+	if (uctx->async_n == uctx->async_cap) {
+		unsigned ncap = uctx->async_cap ? uctx->async_cap * 2 : 16;
+		struct ibv_async_event *q = realloc(uctx->async_q, ncap * sizeof(*q));
+		if (!q) {
+			pthread_mutex_unlock(&uctx->async_lock);
+			return;
+		}
+		uctx->async_q = q;
+		uctx->async_cap = ncap;
+	}
+	uctx->async_q[uctx->async_n++] = ev;
+	pthread_mutex_unlock(&uctx->async_lock);
+	if (write(uctx->vctx.context.async_fd, &one, sizeof(one)) < 0)
+		LOG_ERR("uroce: async event write failed");
+}
+

@@ -1,0 +1,11 @@
+#ifndef UROCE_CORE_ASYNC_H
+#define UROCE_CORE_ASYNC_H
+
+#include "device.h"
+
+/* An async event of the QP on its context's queue. */
+void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type);
+/* Is an event of this type about a QP (element.qp)? */
+bool async_event_is_qp(enum ibv_event_type t);
+
+#endif

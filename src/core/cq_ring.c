@@ -1,0 +1,79 @@
+/* The CQ ring: completions in, completions out, and the event a channel
+ * gets when an armed CQ fills (IBA 11.4.2.2). */
+#include "cq_ring.h"
+#include <stdlib.h>
+#include <unistd.h>
+
+static void channel_signal(struct uroce_cq *cq)
+{
+	struct uroce_comp_channel *ch = to_uchan(cq->ibv.channel);
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&ch->lock);
+	if (ch->npending == ch->cap) {
+		unsigned ncap = ch->cap ? ch->cap * 2 : 16;
+		struct uroce_cq **p = realloc(ch->pending, ncap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&ch->lock);
+			return;
+		}
+		ch->pending = p;
+		ch->cap = ncap;
+	}
+	ch->pending[ch->npending++] = cq;
+	pthread_mutex_unlock(&ch->lock);
+	if (write(ch->ibv.fd, &one, sizeof(one)) < 0)
+		LOG_ERR("uroce: completion channel write failed");
+}
+
+/* Add a completion.  Returns -1 on overrun (the CQ then reports an async
+ * IBV_EVENT_CQ_ERR, as hardware does). */
+int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	bool fire = false;
+
+	pthread_spin_lock(&cq->lock);
+	if (cq->head - cq->tail >= cq->size - 1) {
+		cq->overrun = true;
+		pthread_spin_unlock(&cq->lock);
+		dev_count(cq->dev, UC_cq_overruns, 1);
+		return -1;
+	}
+	cq->ring[cq->head & (cq->size - 1)] = *wc;
+	__atomic_store_n(&cq->head, cq->head + 1, __ATOMIC_RELEASE);
+	if (cq->armed == CQ_ARM_ALL || (cq->armed == CQ_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS))) {
+		cq->armed = 0;
+		fire = true;
+	}
+	pthread_spin_unlock(&cq->lock);
+	if (fire && cq->ibv.channel)
+		channel_signal(cq);
+	return 0;
+}
+
+int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc)
+{
+	int got = 0;
+
+	pthread_spin_lock(&cq->lock);
+	if (cq->head != cq->tail) {
+		*wc = cq->ring[cq->tail & (cq->size - 1)];
+		cq->tail++;
+		got = 1;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return got;
+}
+
+int cq_pop_many(struct uroce_cq *cq, struct ibv_wc *wc, int num)
+{
+	int n = 0;
+
+	pthread_spin_lock(&cq->lock);
+	while (n < num && cq->head != cq->tail) {
+		wc[n++] = cq->ring[cq->tail & (cq->size - 1)];
+		cq->tail++;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return n;
+}

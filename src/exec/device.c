@@ -1,0 +1,108 @@
+/* The per-process device's life: opened by the first ibv_open_device
+ * (configuration, stats page, packet I/O, engine), closed with the last. */
+#include "exec.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "../net/net.h"
+
+static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A program that exits without closing its device (perftest's atomic_lat
+ * server does) still prints its UROCE_STATS counters. */
+static struct uroce_dev *the_dev;
+
+__attribute__((destructor)) static void stats_at_process_exit(void)
+{
+	if (the_dev)
+		stats_page_print(the_dev->stats, &the_dev->cfg);
+}
+
+static void dev_free(struct uroce_dev *dev)
+{
+	if (dev->engine_running)
+		engine_stop(dev);
+	stats_page_print(dev->stats, &dev->cfg);
+	net_destroy(dev->net);
+	free(dev->rx_pkts);
+	free(dev->acks_owed);
+	stats_page_close(dev->stats, dev->stats_path);
+	pthread_mutex_destroy(&dev->lock);
+	pthread_mutex_destroy(&dev->rx_lock);
+	free(dev);
+}
+
+struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engine)
+{
+	struct uroce_dev *dev = calloc(1, sizeof(*dev));
+	int rc;
+
+	if (!dev) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&dev->lock, NULL);
+	/* priority inheritance: a real-time engine that waits for rx_lock lends
+	 * its priority to the application thread holding it (no inversion) */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+	pthread_mutex_init(&dev->rx_lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	dev->refcnt = 1;
+	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
+	dev->kick_fd = -1;
+	atomic_store(&dev->timer_next, UINT64_MAX);
+	atomic_store(&dev->ack_flush_next, UINT64_MAX);
+	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
+	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
+	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
+	rc = dev->rx_pkts && dev->acks_owed ? uroce_config_load(&dev->cfg) : -ENOMEM;
+	if (rc == 0 && !(dev->stats = stats_page_open(dev->stats_path)))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		dev->net = backend ? net_create_backend(&dev->cfg, dev->stats, backend)
+				   : net_create(&dev->cfg, dev->stats);
+		if (!dev->net)
+			rc = -errno;
+	}
+	if (rc == 0 && engine)
+		rc = engine_start(dev);
+	if (rc < 0) {
+		dev_free(dev);
+		errno = -rc;
+		return NULL;
+	}
+	stats_page_finish(dev->stats, &dev->cfg);
+	return dev;
+}
+
+void uroce_dev_close(struct uroce_dev *dev)
+{
+	dev_free(dev);
+}
+
+struct uroce_dev *uroce_dev_get(void)
+{
+	struct uroce_dev *dev;
+
+	pthread_mutex_lock(&dev_global_lock);
+	if (the_dev) {
+		the_dev->refcnt++;
+		dev = the_dev;
+	} else {
+		dev = the_dev = uroce_dev_open(NULL, true);
+	}
+	pthread_mutex_unlock(&dev_global_lock);
+	return dev;
+}
+
+void uroce_dev_put(struct uroce_dev *dev)
+{
+	pthread_mutex_lock(&dev_global_lock);
+	if (--dev->refcnt == 0) {
+		the_dev = NULL;
+		dev_free(dev);
+	}
+	pthread_mutex_unlock(&dev_global_lock);
+}

@@ -1,0 +1,33 @@
+/* Execution: who runs the receive path, the transport for what came, QP
+ * timers and deferred ACKs (docs/architecture.md, "Execution model").  The
+ * only room that drives receiving and timers. */
+#ifndef UROCE_EXEC_H
+#define UROCE_EXEC_H
+
+#include "../core/device.h"
+
+/* The process's device, opened on first use (config, stats page, packet
+ * I/O, engine); one reference per ibv_context. */
+struct uroce_dev *uroce_dev_get(void);
+void uroce_dev_put(struct uroce_dev *dev);
+/* A device of its own on `backend` (NULL: UDP and same-host rings), with or
+ * without an engine thread: the white-box tests drive one by hand. */
+struct uroce_net_ops;
+struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engine);
+void uroce_dev_close(struct uroce_dev *dev);
+
+/* engine.c: the engine thread. */
+int engine_start(struct uroce_dev *dev);
+void engine_stop(struct uroce_dev *dev);
+
+/* progress.c */
+/* Up to `budget` received packets, then what is due; returns the packets
+ * handled.  exec_progress takes rx_lock; the _locked form needs it held. */
+int exec_progress(struct uroce_dev *dev, int budget);
+int exec_progress_locked(struct uroce_dev *dev, int budget);
+/* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
+void exec_poll_progress(struct uroce_dev *dev);
+/* ibv_poll_cq returns completions: the application may stop polling now. */
+void exec_poll_found(struct uroce_dev *dev);
+
+#endif

@@ -1,0 +1,129 @@
+#include "mem.h"
+#include <string.h>
+#include <sys/random.h>
+
+const struct uroce_mem_verdict_info uroce_mem_verdicts[] = {
+#define X(n, nak, wc) [n] = { #n, nak, wc },
+	UROCE_MEM_VERDICTS(X)
+#undef X
+};
+
+static struct uroce_mr *mr_table[UROCE_MAX_MR];
+static uint32_t mr_hint = 1;
+
+static uint16_t random16(void)
+{
+	uint16_t v = 0;
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v))
+		v = (uint16_t)now_ns();
+	return v;
+}
+
+uint32_t mem_key_alloc(void)
+{
+	for (uint32_t i = 0; i < UROCE_MAX_MR - 1; i++) {
+		uint32_t c = (mr_hint + i) % UROCE_MAX_MR;
+		if (c && !mr_table[c]) {
+			mr_hint = c + 1;
+			return (uint32_t)random16() << 16 | c;
+		}
+	}
+	return 0;
+}
+
+void mem_mr_publish(struct uroce_mr *mr)
+{
+	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = mr;
+}
+
+void mem_mr_unpublish(struct uroce_mr *mr)
+{
+	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = NULL;
+}
+
+uint32_t mem_key_renew(uint32_t key)
+{
+	return (uint32_t)random16() << 16 | (key & (UROCE_MAX_MR - 1));
+}
+
+struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
+{
+	struct uroce_mr *mr = mr_table[key & (UROCE_MAX_MR - 1)];
+	(void)dev;
+	return (mr && mr->ibv.lkey == key) ? mr : NULL;
+}
+
+static bool range_ok(const struct uroce_mr *mr, uint64_t va, uint64_t len)
+{
+	return va >= mr->iova && len <= mr->length && va - mr->iova <= mr->length - len;
+}
+
+/* The one memory check: key, protection domain, access, bounds, each with
+ * its named verdict (UROCE_MEM_VERDICTS says what each means). */
+static enum uroce_mem_verdict mr_check(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t key, uint64_t va,
+				       uint64_t len, unsigned access, struct uroce_mr **out)
+{
+	struct uroce_mr *mr = mr_get(dev, key);
+
+	if (!mr)
+		return MEM_KEY_INVALID;
+	if (to_upd(mr->ibv.pd) != pd)
+		return MEM_PD_MISMATCH;
+	if ((mr->access & access) != access)
+		return MEM_ACCESS;
+	if (!range_ok(mr, va, len))
+		return MEM_BOUNDS;
+	*out = mr;
+	return MEM_OK;
+}
+
+enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
+				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
+{
+	return mr_check(dev, pd, rkey, va, len, access, out);
+}
+
+enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
+					unsigned access, struct uroce_seg *out)
+{
+	struct uroce_mr *mr;
+	enum uroce_mem_verdict v = mr_check(dev, pd, sge->lkey, sge->addr, sge->length, access, &mr);
+
+	if (v == MEM_OK) {
+		out->addr = mr_host(mr, sge->addr);
+		out->len = sge->length;
+	}
+	return v;
+}
+
+void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len)
+{
+	struct iovec iov[UROCE_MAX_SGE + 1];
+	int k = seg_iov(seg, nseg, off, len, iov, UROCE_MAX_SGE + 1);
+
+	for (int i = 0; i < k; i++) {
+		memcpy(iov[i].iov_base, src, iov[i].iov_len);
+		src += iov[i].iov_len;
+	}
+}
+
+int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max)
+{
+	int k = 0;
+
+	for (uint32_t i = 0; i < nseg && len && k < max; i++) {
+		if (off >= seg[i].len) {
+			off -= seg[i].len;
+			continue;
+		}
+		uint32_t n = seg[i].len - off;
+		if (n > len)
+			n = len;
+		iov[k].iov_base = seg[i].addr + off;
+		iov[k].iov_len = n;
+		k++;
+		len -= n;
+		off = 0;
+	}
+	return k;
+}

@@ -1,0 +1,457 @@
+/* Queue pairs: create / modify / query / destroy, posting, and the error
+ * paths (flush, retire) the transport roles share. */
+#include "obj.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include "qp_state.h"
+#include "../wire/hdr.h"
+#include "../wire/ip.h"
+#include "../core/async.h"
+#include "../core/wake.h"
+#include "../transport/transport.h"
+
+/* ------------------------------------------------------------ helpers */
+
+/* ------------------------------------------------------------ create */
+
+static void qp_free(struct uroce_qp *qp)
+{
+	free(qp->sq);
+	free(qp->sq_segs);
+	free(qp->sq_inline);
+	free(qp->resp.res);
+	rq_fini(&qp->rq);
+	pthread_mutex_destroy(&qp->lock);
+	free(qp);
+}
+
+struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	struct uroce_qp *qp;
+	int err = EINVAL;
+
+	if (a->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
+		/* send_ops_flags (ibv_wr_*), XRC, RSS ... are not offered */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+		errno = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV ||
+			a->qp_type == IBV_QPT_RAW_PACKET || a->qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx ||
+	    a->cap.max_send_wr > UROCE_MAX_QP_WR || a->cap.max_recv_wr > UROCE_MAX_QP_WR ||
+	    a->cap.max_send_sge > UROCE_MAX_SGE || a->cap.max_recv_sge > UROCE_MAX_SGE ||
+	    a->cap.max_inline_data > UROCE_MAX_INLINE || (a->srq && a->srq->context != ctx)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	qp->dev = dev;
+	qp->type = a->qp_type;
+	responder_reset(qp);
+	ack_reset(qp);
+	qp->cc.max = dev->cfg.window;
+	qp->sq_sig_all = a->sq_sig_all;
+	qp->cap = a->cap;
+	if (qp->cap.max_send_sge == 0)
+		qp->cap.max_send_sge = 1;
+	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
+	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
+	/* one extra segment slot per WQE carries inline data */
+	qp->sq_segs = calloc((size_t)qp->sq_size * (qp->cap.max_send_sge + 1), sizeof(*qp->sq_segs));
+	qp->sq_inline = qp->cap.max_inline_data ? malloc((size_t)qp->sq_size * qp->cap.max_inline_data) : NULL;
+	if (!qp->sq || !qp->sq_segs || (qp->cap.max_inline_data && !qp->sq_inline))
+		goto fail_nomem;
+	for (uint32_t i = 0; i < qp->sq_size; i++)
+		qp->sq[i].seg = qp->sq_segs + (size_t)i * (qp->cap.max_send_sge + 1);
+	if (a->srq) {
+		qp->srq = to_usrq(a->srq);
+		qp->cap.max_recv_wr = 0;
+		qp->cap.max_recv_sge = 0;
+	} else if (rq_init(&qp->rq, a->cap.max_recv_wr, a->cap.max_recv_sge)) {
+		goto fail_nomem;
+	}
+	pthread_mutex_init(&qp->lock, NULL);
+	qp->pd = to_upd(a->pd);
+	qp->send_cq = to_ucq(a->send_cq);
+	qp->recv_cq = to_ucq(a->recv_cq);
+	qp->attr.qp_state = IBV_QPS_RESET;
+	qp->attr.path_mtu = dev->cfg.active_mtu;
+	qp->pmtu = 128u << dev->cfg.active_mtu;
+
+	struct ibv_qp *q = &qp->ibv.qp_base;
+	q->context = ctx;
+	q->qp_context = a->qp_context;
+	q->pd = a->pd;
+	q->send_cq = a->send_cq;
+	q->recv_cq = a->recv_cq;
+	q->srq = a->srq;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = a->qp_type;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+
+	/* allocate a QPN and publish the QP */
+	pthread_mutex_lock(&dev->lock);
+	if (dev->nqp >= UROCE_MAX_QP - 3) {
+		pthread_mutex_unlock(&dev->lock);
+		err = ENOMEM;
+		goto fail;
+	}
+	uint16_t salt;
+	if (getrandom(&salt, sizeof(salt), GRND_NONBLOCK) != sizeof(salt))
+		salt = (uint16_t)now_ns();
+	for (;;) {
+		uint32_t idx = dev->qpn_next++ & (UROCE_MAX_QP - 1);
+		if (idx < 2 || idx == UROCE_MAX_QP - 1 || atomic_load(&dev->qp_table[idx]))
+			continue;
+		qp->qpn = (uint32_t)(salt & 0x3FF) << 14 | idx;
+		break;
+	}
+	q->qp_num = qp->qpn;
+	q->handle = qp->qpn;
+	if (qp->type == IBV_QPT_UD && dev->nqp_ud++ == 0)
+		net_rx_ip_meta(dev->net, true);
+	atomic_store_explicit(&dev->qp_table[qp->qpn & (UROCE_MAX_QP - 1)], qp, memory_order_release);
+	qp->next_in_dev = dev->qp_list;
+	dev->qp_list = qp;
+	dev->nqp++;
+	qp->send_cq->refcnt++;
+	qp->recv_cq->refcnt++;
+	if (qp->srq)
+		qp->srq->refcnt++;
+	pthread_mutex_unlock(&dev->lock);
+	atomic_fetch_add(&qp->pd->refcnt, 1);
+	a->cap = qp->cap;
+	return q;
+fail_nomem:
+	err = ENOMEM;
+fail:
+	free(qp->sq);
+	free(qp->sq_segs);
+	free(qp->sq_inline);
+	rq_fini(&qp->rq);
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
+struct ibv_qp *uroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex a = { 0 };
+
+	if (!pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	a.qp_context = attr->qp_context;
+	a.send_cq = attr->send_cq;
+	a.recv_cq = attr->recv_cq;
+	a.srq = attr->srq;
+	a.cap = attr->cap;
+	a.qp_type = attr->qp_type;
+	a.sq_sig_all = attr->sq_sig_all;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD;
+	a.pd = pd;
+	struct ibv_qp *q = uroce_create_qp_ex(pd->context, &a);
+	if (q)
+		attr->cap = a.cap;
+	return q;
+}
+
+int uroce_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct uroce_qp *qp = to_uqp(ibqp);
+	struct uroce_dev *dev = qp->dev;
+
+	/* unpublish under rx_lock: afterwards no packet or timer can reach it */
+	pthread_mutex_lock(&dev->rx_lock);
+	pthread_mutex_lock(&dev->lock);
+	atomic_store(&dev->qp_table[qp->qpn & (UROCE_MAX_QP - 1)], NULL);
+	for (struct uroce_qp **pp = &dev->qp_list; *pp; pp = &(*pp)->next_in_dev)
+		if (*pp == qp) {
+			*pp = qp->next_in_dev;
+			break;
+		}
+	ack_qp_gone(qp);  /* a deferred ACK is not lost with the QP */
+	if (qp->type == IBV_QPT_UD && --dev->nqp_ud == 0)
+		net_rx_ip_meta(dev->net, false);
+	dev->nqp--;
+	qp->send_cq->refcnt--;
+	qp->recv_cq->refcnt--;
+	if (qp->srq)
+		qp->srq->refcnt--;
+	pthread_mutex_unlock(&dev->lock);
+	pthread_mutex_unlock(&dev->rx_lock);
+	/* events never read are dropped with the QP (the kernel does so); those
+	 * read must be acknowledged first (rdma-core ibv_cmd_destroy_qp) */
+	struct uroce_context *uctx = to_uctx(ibqp->context);
+	pthread_mutex_lock(&uctx->async_lock);
+	unsigned k = 0;
+	for (unsigned i = 0; i < uctx->async_n; i++)
+		if (uctx->async_q[i].element.qp != ibqp || !async_event_is_qp(uctx->async_q[i].event_type))
+			uctx->async_q[k++] = uctx->async_q[i];
+	uctx->async_n = k;
+	pthread_mutex_unlock(&uctx->async_lock);
+	pthread_mutex_lock(&ibqp->mutex);
+	while (ibqp->events_completed != qp->events_reported)
+		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+	pthread_mutex_unlock(&ibqp->mutex);
+	pthread_mutex_lock(&qp->lock);
+	if (qp->type == IBV_QPT_UD) {
+		for (int i = 0; i < UROCE_MAX_GIDS; i++)
+			if (qp->ud_flows[i])
+				net_flow_close(dev->net, qp->ud_flows[i]);
+	} else if (qp->flow) {
+		net_flow_close(dev->net, qp->flow);
+	}
+	qp->flow = NULL;
+	pthread_mutex_unlock(&qp->lock);
+	atomic_fetch_sub(&qp->pd->refcnt, 1);
+	qp_free(qp);
+	return 0;
+}
+
+/* ------------------------------------------------------------ modify */
+
+/* Kernel convention for the UDP source port (§1.4, rdma_get_udp_sport). */
+static uint16_t roce_udp_sport(uint32_t fl, uint32_t lqpn, uint32_t rqpn)
+{
+	if (!fl) {
+		uint64_t v = (uint64_t)lqpn * rqpn;
+		v ^= v >> 20;
+		v ^= v >> 40;
+		fl = (uint32_t)(v & 0xFFFFF);
+	}
+	return (uint16_t)(0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)));
+}
+
+static int check_attr_values(struct uroce_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	if ((mask & IBV_QP_PORT) && a->port_num != 1)
+		return EINVAL;
+	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)
+		return EINVAL;
+	if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096))
+		return EINVAL;
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > UROCE_MAX_RD_ATOMIC)
+		return EINVAL;
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > UROCE_MAX_RD_ATOMIC)
+		return EINVAL;
+	if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31)
+		return EINVAL;
+	if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7)
+		return EINVAL;
+	if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7)
+		return EINVAL;
+	if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
+		return EINVAL;
+	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xFFFFFF)
+		return EINVAL;
+	if ((mask & IBV_QP_ACCESS_FLAGS) &&
+	    (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)))
+		return EINVAL;
+	if (mask & IBV_QP_AV) {
+		/* RoCE needs a GRH: a non-global AH cannot be routed (rdma-core
+		 * tests expect EINVAL) */
+		if (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index >= dev->cfg.ngids ||
+		    (a->ah_attr.port_num && a->ah_attr.port_num != 1))
+			return EINVAL;
+		const uint8_t *dg = a->ah_attr.grh.dgid.raw;
+		static const uint8_t zero[16];
+		if (!memcmp(dg, zero, 16))
+			return EINVAL;
+		/* the destination must be the same IP family as the source GID */
+		if (gid_is_ipv4(dg) != gid_is_ipv4(dev->cfg.gids[a->ah_attr.grh.sgid_index]))
+			return EINVAL;
+	}
+	/* _ib_modify_qp: alternate paths are banned on RoCE */
+	if (mask & IBV_QP_ALT_PATH)
+		return EINVAL;
+	return 0;
+}
+
+static void qp_reset(struct uroce_qp *qp)
+{
+	qp->sq_head = qp->sq_tail = 0;
+	qp->rq.head = qp->rq.tail = 0;
+	requester_reset(qp);
+	completer_reset(qp);
+	qp_timers_off(qp);
+	memset(&qp->rtt, 0, sizeof(qp->rtt));
+	responder_reset(qp);
+	ack_reset(qp);
+}
+
+int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
+{
+	struct uroce_qp *qp = to_uqp(ibqp);
+	struct uroce_dev *dev = qp->dev;
+	int rc;
+
+	pthread_mutex_lock(&qp->lock);
+	enum ibv_qp_state cur = qp->attr.qp_state;
+	enum ibv_qp_state next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
+	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != cur) {
+		rc = EINVAL;
+		goto out;
+	}
+	if (!qp_modify_is_ok(cur, next, qp->type, (unsigned)mask)) {
+		rc = EINVAL;
+		goto out;
+	}
+	rc = check_attr_values(qp, a, mask);
+	if (rc)
+		goto out;
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+		uint32_t n = a->max_dest_rd_atomic ? a->max_dest_rd_atomic : 1;
+		struct uroce_rd_res *r = calloc(n, sizeof(*r));
+		if (!r) {
+			rc = ENOMEM;
+			goto out;
+		}
+		free(qp->resp.res);
+		qp->resp.res = r;
+		qp->resp.res_size = n;
+		qp->resp.res_next = 0;
+		qp->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
+	}
+	if (mask & IBV_QP_PKEY_INDEX) qp->attr.pkey_index = a->pkey_index;
+	if (mask & IBV_QP_PORT) qp->attr.port_num = a->port_num;
+	if (mask & IBV_QP_QKEY) qp->attr.qkey = a->qkey;
+	if (mask & IBV_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+	if (mask & IBV_QP_PATH_MTU) {
+		qp->attr.path_mtu = a->path_mtu;
+		qp->pmtu = 128u << a->path_mtu;
+	}
+	if (mask & IBV_QP_DEST_QPN) qp->attr.dest_qp_num = a->dest_qp_num;
+	if (mask & IBV_QP_RQ_PSN) qp->attr.rq_psn = a->rq_psn & PSN_MASK;
+	if (mask & IBV_QP_SQ_PSN) qp->attr.sq_psn = a->sq_psn & PSN_MASK;
+	if (mask & IBV_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
+	if (mask & IBV_QP_TIMEOUT) qp->attr.timeout = a->timeout;
+	if (mask & IBV_QP_RETRY_CNT) qp->attr.retry_cnt = a->retry_cnt;
+	if (mask & IBV_QP_RNR_RETRY) qp->attr.rnr_retry = a->rnr_retry;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->attr.max_rd_atomic = a->max_rd_atomic;
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->attr.en_sqd_async_notify = a->en_sqd_async_notify;
+	if (mask & IBV_QP_PATH_MIG_STATE) qp->attr.path_mig_state = a->path_mig_state;
+	if (mask & IBV_QP_ALT_PATH) {
+		qp->attr.alt_ah_attr = a->alt_ah_attr;
+		qp->attr.alt_pkey_index = a->alt_pkey_index;
+		qp->attr.alt_port_num = a->alt_port_num;
+		qp->attr.alt_timeout = a->alt_timeout;
+	}
+	if (mask & IBV_QP_AV) {
+		qp->attr.ah_attr = a->ah_attr;
+		qp->tx_tos = a->ah_attr.grh.traffic_class;
+		memcpy(qp->dgid, a->ah_attr.grh.dgid.raw, 16);
+		memcpy(qp->sgid, dev->cfg.gids[a->ah_attr.grh.sgid_index], 16);
+	}
+	if ((mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) && next >= IBV_QPS_RTR && next != IBV_QPS_ERR) {
+		uint16_t sport = roce_udp_sport(qp->attr.ah_attr.grh.flow_label, qp->qpn, qp->attr.dest_qp_num);
+		if (!qp->flow || sport != qp->sport) {
+			struct uroce_flow *f = net_flow_open(dev->net, qp->sgid, sport,
+							       qp->type == IBV_QPT_UD ? NULL : qp->dgid);
+			if (!f) {
+				rc = errno ? errno : ENOMEM;
+				goto out;
+			}
+			if (qp->flow)
+				net_flow_close(dev->net, qp->flow);
+			qp->flow = f;
+			qp->sport = sport;
+		}
+	}
+
+	if (mask & IBV_QP_STATE) {
+		if (next == IBV_QPS_RESET)
+			ack_now(qp);  /* as qp_enter_error: what was placed is ACKed */
+		switch (next) {
+		case IBV_QPS_RESET:
+			if (cur != IBV_QPS_RESET) {
+				/* leaving ERROR for RESET drops what is left without
+				 * completions, as a hardware reset does */
+				qp_reset(qp);
+			}
+			break;
+		case IBV_QPS_RTR:
+			if (cur == IBV_QPS_INIT) {
+				qp->resp.epsn = qp->attr.rq_psn;
+				qp->resp.msn = 0;
+			}
+			break;
+		case IBV_QPS_RTS:
+			if (cur == IBV_QPS_RTR) {
+				qp->req.snd_psn = qp->comp.una_psn = qp->req.max_psn = qp->attr.sq_psn;
+				cc_init(&qp->cc, dev->cfg.window);
+			}
+			qp->comp.retry_left = qp->attr.retry_cnt;
+			qp->comp.rnr_left = qp->attr.rnr_retry;
+			qp->req.sq_draining = false;
+			break;
+		case IBV_QPS_SQD:
+			qp->req.sq_draining = true;
+			qp->req.sqd_event_pending = (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) && a->en_sqd_async_notify;
+			break;
+		case IBV_QPS_ERR:
+			qp->attr.qp_state = next;
+			ibqp->state = next;
+			qp->attr.qp_state = cur; /* let qp_enter_error see the transition */
+			qp_enter_error(qp);
+			break;
+		default:
+			break;
+		}
+		qp->attr.qp_state = next;
+		ibqp->state = next;
+		if (next == IBV_QPS_SQD)
+			qp_retire_sends(qp); /* may already be drained */
+		if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD)
+			requester_run(qp);
+	}
+out:
+	pthread_mutex_unlock(&qp->lock);
+	return rc;
+}
+
+int uroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	struct uroce_qp *qp = to_uqp(ibqp);
+
+	(void)mask;
+	pthread_mutex_lock(&qp->lock);
+	*attr = qp->attr;
+	attr->cur_qp_state = qp->attr.qp_state;
+	attr->sq_draining = qp->attr.qp_state == IBV_QPS_SQD && qp->req.sq_draining;
+	attr->cap = qp->cap;
+	attr->port_num = qp->attr.port_num ? qp->attr.port_num : 1;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = ibqp->qp_context;
+		init->send_cq = ibqp->send_cq;
+		init->recv_cq = ibqp->recv_cq;
+		init->srq = ibqp->srq;
+		init->cap = qp->cap;
+		init->qp_type = qp->type;
+		init->sq_sig_all = qp->sq_sig_all;
+	}
+	pthread_mutex_unlock(&qp->lock);
+	return 0;
+}
+

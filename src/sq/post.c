@@ -1,0 +1,229 @@
+/* Posting: work requests become WQEs (ibv_post_send, ibv_post_recv,
+ * ibv_post_srq_recv).  A send post runs the requester at once, under the
+ * QP's lock (transport/requester.c). */
+#include "sq.h"
+#include <errno.h>
+#include <string.h>
+#include "../mem/mem.h"
+#include "../transport/transport.h"
+
+
+static bool opcode_allowed(enum ibv_qp_type t, enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM:
+		return true;
+	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return t == IBV_QPT_RC || t == IBV_QPT_UC;
+	case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP: case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_SEND_WITH_INV:
+		return t == IBV_QPT_RC;
+	default:
+		return false;
+	}
+}
+
+static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
+{
+	if (qp->sq_head - qp->sq_tail >= qp->sq_size)
+		return ENOMEM;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || !opcode_allowed(qp->type, wr->opcode))
+		return EINVAL;
+	if (qp->type == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->ibv.qp_base.context))
+		return EINVAL;
+
+	struct uroce_send_wqe *w = &qp->sq[qp->sq_head % qp->sq_size];
+	struct uroce_seg *segs = w->seg;
+	uint64_t total = 0;
+
+	for (int i = 0; i < wr->num_sge; i++)
+		total += wr->sg_list[i].length;
+	if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ &&
+	    wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		if (total > qp->cap.max_inline_data)
+			return EINVAL;
+	}
+	memset(w, 0, sizeof(*w));
+	w->seg = segs;
+	w->wr_id = wr->wr_id;
+	w->opcode = wr->opcode;
+	w->send_flags = wr->send_flags;
+	w->status = IBV_WC_SUCCESS;
+	w->state = WQE_POSTED;
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_RDMA_READ:
+		w->remote_addr = wr->wr.rdma.remote_addr;
+		w->rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->compare_add = wr->wr.atomic.compare_add;
+		w->swap = wr->wr.atomic.swap;
+		break;
+	default:
+		break;
+	}
+	if (qp->type == IBV_QPT_UD) {
+		const struct uroce_ah *ah = to_uah(wr->wr.ud.ah);
+		w->remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
+		/* a "controlled" Q_Key (bit 31) means: use the QP's own (§2.2) */
+		w->remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->wr.ud.remote_qkey;
+		memcpy(w->dgid, ah->attr.grh.dgid.raw, 16);
+		w->sgid_index = ah->attr.grh.sgid_index;
+		w->tclass = ah->attr.grh.traffic_class;
+	}
+	if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		w->imm_data = wr->imm_data;
+	else if (wr->opcode == IBV_WR_SEND_WITH_INV)
+		w->imm_data = wr->invalidate_rkey;
+
+	if (total > UROCE_MAX_MSG) {
+		w->status = IBV_WC_LOC_LEN_ERR;
+		total = 0;
+	}
+	w->length = (uint32_t)total;
+	bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	if (atomic) {
+		w->length = 8;
+		if (wr->num_sge < 1 || wr->sg_list[0].length < 8)
+			w->status = IBV_WC_LOC_LEN_ERR;
+	}
+	if (w->status != IBV_WC_SUCCESS) {
+		/* completes with the error when it reaches the head */
+	} else if ((wr->send_flags & IBV_SEND_INLINE) && !atomic && wr->opcode != IBV_WR_RDMA_READ) {
+		uint8_t *buf = qp->sq_inline + (size_t)(qp->sq_head % qp->sq_size) * qp->cap.max_inline_data;
+		uint32_t off = 0;
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(buf + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			off += wr->sg_list[i].length;
+		}
+		segs[0].addr = buf;
+		segs[0].len = off;
+		w->nseg = off ? 1 : 0;
+	} else {
+		unsigned access = (wr->opcode == IBV_WR_RDMA_READ || atomic) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		uint32_t n = 0;
+		for (int i = 0; i < wr->num_sge; i++) {
+			if (!wr->sg_list[i].length)
+				continue;
+			enum uroce_mem_verdict v = mr_resolve_local(qp->dev, qp->pd, &wr->sg_list[i], access, &segs[n]);
+			if (v != MEM_OK) {
+				w->status = mem_verdict_local_status(v);
+				break;
+			}
+			n++;
+		}
+		w->nseg = n;
+		if (atomic && w->status == IBV_WC_SUCCESS)
+			segs[0].len = 8;
+	}
+	qp->sq_head++;
+	return 0;
+}
+
+int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct uroce_qp *qp = to_uqp(ibqp);
+	int rc = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	enum ibv_qp_state st = qp->attr.qp_state;
+	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_ERR) {
+		/* rxe: posting before RTS is EINVAL */
+		*bad = wr;
+		pthread_mutex_unlock(&qp->lock);
+		return EINVAL;
+	}
+	for (; wr; wr = wr->next) {
+		rc = post_one_send(qp, wr);
+		if (rc) {
+			*bad = wr;
+			break;
+		}
+	}
+	if (st == IBV_QPS_ERR)
+		qp_flush_queues(qp);
+	else
+		requester_run(qp);
+	pthread_mutex_unlock(&qp->lock);
+	return rc;
+}
+
+static int rq_post(struct uroce_dev *dev, struct uroce_pd *pd, struct uroce_rq *rq, struct ibv_recv_wr *wr)
+{
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > rq->max_sge)
+		return EINVAL;
+	pthread_spin_lock(&rq->lock);
+	if (rq->head - rq->tail >= rq->max_wr) {
+		pthread_spin_unlock(&rq->lock);
+		return ENOMEM;
+	}
+	struct uroce_recv_wqe *r = &rq->wqe[rq->head % rq->max_wr];
+	uint32_t n = 0;
+	uint64_t total = 0;
+	r->wr_id = wr->wr_id;
+	r->status = IBV_WC_SUCCESS;
+	for (int i = 0; i < wr->num_sge; i++) {
+		if (!wr->sg_list[i].length)
+			continue;
+		enum uroce_mem_verdict v = mr_resolve_local(dev, pd, &wr->sg_list[i], IBV_ACCESS_LOCAL_WRITE, &r->seg[n]);
+		if (v != MEM_OK) {
+			r->status = mem_verdict_local_status(v);
+			break;
+		}
+		total += wr->sg_list[i].length;
+		n++;
+	}
+	r->nseg = n;
+	r->length = total > UINT32_MAX ? UINT32_MAX : (uint32_t)total;
+	__atomic_store_n(&rq->head, rq->head + 1, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&rq->lock);
+	return 0;
+}
+
+int uroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct uroce_qp *qp = to_uqp(ibqp);
+	int rc = 0;
+
+	if (qp->srq) {
+		*bad = wr;
+		return EINVAL;
+	}
+	enum ibv_qp_state st = qp->attr.qp_state;
+	if (st == IBV_QPS_RESET) {
+		*bad = wr;
+		return EINVAL;
+	}
+	for (; wr; wr = wr->next) {
+		rc = rq_post(qp->dev, qp->pd, &qp->rq, wr);
+		if (rc) {
+			*bad = wr;
+			break;
+		}
+	}
+	if (st == IBV_QPS_ERR) {
+		pthread_mutex_lock(&qp->lock);
+		qp_flush_recv_queue(qp);
+		pthread_mutex_unlock(&qp->lock);
+	}
+	return rc;
+}
+
+
+int uroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct uroce_srq *srq = to_usrq(ibsrq);
+	struct uroce_dev *dev = to_uctx(ibsrq->context)->dev;
+	int rc = 0;
+
+	for (; wr; wr = wr->next) {
+		rc = rq_post(dev, to_upd(ibsrq->pd), &srq->rq, wr);
+		if (rc) {
+			*bad = wr;
+			break;
+		}
+	}
+	return rc;
+}

@@ -1,0 +1,266 @@
+/* The responder's ACK policy (§6.5, §6.6): which ACK is owed, coalescing
+ * within a receive batch, and deferral -- an owed ACK waiting for a request
+ * of its QP to ride with.  All under the QP's lock; the lists of owed and
+ * deferred ACKs under rx_lock (transport_rx's caller). */
+#include <string.h>
+#include "transport.h"
+#include "tx.h"
+#include "../core/wake.h"
+#include "../wire/hdr.h"
+
+/* ACK deferral (ack_defer) */
+#define ACK_RIDE_HITS_MAX 8
+#define ACK_RIDE_HITS_START 4   /* a new or reset QP defers */
+#define ACK_ANSWER_NS 1000000ull /* a request this soon after a late ACK answers it */
+
+/* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
+static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn)
+{
+	uint8_t *h = txb_hdr(b);
+
+	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
+	aeth_set(h + BTH_LEN, syndrome, qp->resp.msn);
+	txb_add(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+}
+
+void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
+{
+	struct tx_batch b;
+
+	ack_flush_owed(qp);
+	txb_init(&b, qp);
+	aeth_add(qp, &b, op, syndrome, psn);
+	txb_flush(&b);
+}
+
+static void send_ack(struct uroce_qp *qp, uint32_t psn)
+{
+	dev_count(qp->dev, UC_acks_tx, 1);
+	ack_send_aeth(qp, OP_RC_ACK, AETH_ACK_UNLIMITED, psn);
+}
+
+/* ACK coalescing (§6.5: an ACK acknowledges every PSN up to its own, and
+ * responders may coalesce): an ACK a SEND/WRITE (or a duplicate) asks for
+ * is owed until the receive batch is done, then one goes out per QP however
+ * many packets asked -- a stream of small WRITEs no longer costs one ACK
+ * datagram each.  Any other response of the QP sends it first, so the wire
+ * stays in PSN order.  All under rx_lock (transport_rx's caller). */
+void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	if (qp->ack.owed) {
+		if (psn_cmp(psn, qp->ack.owed_psn) > 0) {
+			qp->ack.owed_psn = psn;
+			qp->ack.owed_msg_end = msg_end;
+		}
+		if (!msg_end)
+			qp->ack.owed_msg_end = false;  /* a retry or a mid-message AckReq: at once */
+		if (!qp->ack.defer_ns || msg_end)
+			return;  /* on this batch's list, or a deferral still bounded by its deadline */
+		qp->ack.defer_ns = 0;  /* a mid-message AckReq: no answer can come first (ack_defer) */
+	} else {
+		qp->ack.owed = true;
+		qp->ack.owed_psn = psn;
+		qp->ack.owed_msg_end = msg_end;
+	}
+	if (dev->n_acks_owed == UROCE_RX_BATCH) {
+		ack_flush_owed(qp);
+		return;
+	}
+	dev->acks_owed[dev->n_acks_owed++] = qp;
+}
+
+void ack_flush_owed(struct uroce_qp *qp)
+{
+	if (qp->ack.owed) {
+		qp->ack.owed = false;
+		qp->ack.defer_ns = 0;
+		send_ack(qp, qp->ack.owed_psn);
+	}
+}
+
+static bool ack_may_be_sent(const struct uroce_qp *qp)
+{
+	return qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
+	       qp->attr.qp_state == IBV_QPS_SQD || qp->attr.qp_state == IBV_QPS_SQE;
+}
+
+/* ACK deferral: in a request-response exchange the application answers a
+ * message it just received with a request of its own, within a microsecond
+ * or two.  An owed ACK that waits for that request leaves in the same
+ * sendmmsg, behind it (requester_run -> ack_ride; behind its first
+ * packet when the window cuts the message), so the peer, polling for the
+ * ACK, has the request (or its start: exec_poll_found) in its socket before
+ * the ACK: one syscall instead of two, and a one-sided request is placed by
+ * the peer's poll instead of waking its engine.  A QP defers while
+ * deferring works (ack_ride_hits; ack_request_follows), and tries
+ * again every 16th ACK otherwise; the wait is bounded by UROCE_ACK_DEFER_US
+ * (§6.6 allows an ACK any time before the requester's timer; the
+ * coalescing of §6.5 covers the PSNs in between). */
+static bool ack_defer(struct uroce_qp *qp)
+{
+	/* only the ACK of a whole message can be answered: one asked for in the
+	 * middle (a window-filling packet) goes at once, or the requester stalls */
+	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC || !qp->ack.owed_msg_end)
+		return false;
+	/* an ordinary (not real-time) engine may wake for the deadline tens of
+	 * ms late on a loaded host: what it receives is ACKed at once */
+	if (!qp->dev->engine_rt && on_engine_thread())
+		return false;
+	if (qp->ack.late_ns) {
+		/* the last deferred ACK went alone and no request followed:
+		 * a real miss (one-way traffic) */
+		qp->ack.late_ns = 0;
+		qp->ack.wait_us = 0;
+		if (qp->ack.ride_hits)
+			qp->ack.ride_hits--;
+	}
+	return qp->ack.ride_hits || (++qp->ack.defer_probe & 15) == 0;
+}
+
+/* A deferral paid off: the QP's request came (ack_defer). */
+static void ack_ride_hit(struct uroce_qp *qp)
+{
+	if (qp->ack.ride_hits < ACK_RIDE_HITS_MAX)
+		qp->ack.ride_hits++;
+}
+
+static uint64_t ack_wait_ns(const struct uroce_qp *qp)
+{
+	return (qp->ack.wait_us ? qp->ack.wait_us : qp->dev->cfg.ack_defer_us) * 1000ull;
+}
+
+/* The requester sends: if the last deferred ACK went alone, at its deadline,
+ * shortly before, the exchange is request-response all the same, only
+ * slower than the wait (a loaded host, a large message to take in): wait
+ * twice as long next time, up to 50 x UROCE_ACK_DEFER_US.  Under qp->lock. */
+void ack_request_follows(struct uroce_qp *qp)
+{
+	uint64_t late = qp->ack.late_ns;
+
+	qp->ack.late_ns = 0;
+	if (now_ns() - late > ACK_ANSWER_NS)
+		return;
+	unsigned base = qp->dev->cfg.ack_defer_us, w = qp->ack.wait_us ? qp->ack.wait_us : base;
+	qp->ack.wait_us = 2 * w < 50 * base ? 2 * w : 50 * base;
+	ack_ride_hit(qp);
+}
+
+void ack_rx_batch_end(struct uroce_dev *dev)
+{
+	uint64_t now = 0;
+
+	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
+		struct uroce_qp *qp = dev->acks_owed[i];
+		pthread_mutex_lock(&qp->lock);
+		if (!qp->ack.owed || !ack_may_be_sent(qp)) {
+			ack_now(qp);  /* nothing to send: owed and deferral both end */
+		} else if (!qp->ack.defer_ns && ack_defer(qp)) {
+			if (!now)
+				now = now_ns();
+			qp->ack.defer_ns = now;
+			if (!qp->ack.deferred_listed) {
+				qp->ack.deferred_listed = true;
+				qp->ack.next_deferred = dev->acks_deferred;
+				dev->acks_deferred = qp;
+			}
+			/* the engine looks at least once per poll grace while
+			 * applications poll; kick it only if it sleeps longer */
+			uint64_t wait = ack_wait_ns(qp), grace = dev->cfg.poll_grace_us * 1000ull;
+			deadline_lower(dev, &dev->ack_flush_next, now + wait, false);
+			wake_engine_by(dev, now + (wait > grace ? wait : grace));
+		} else if (!qp->ack.defer_ns) {
+			ack_flush_owed(qp);
+		}
+		pthread_mutex_unlock(&qp->lock);
+	}
+	dev->n_acks_owed = 0;
+}
+
+/* Deferred ACKs whose wait is over go out (a miss: the QP stops deferring);
+ * those that rode with a request leave the list.  Under rx_lock. */
+void ack_flush_deferred(struct uroce_dev *dev, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	atomic_store(&dev->ack_flush_next, UINT64_MAX);
+	for (struct uroce_qp **pp = &dev->acks_deferred; *pp;) {
+		struct uroce_qp *qp = *pp;
+		pthread_mutex_lock(&qp->lock);
+		bool keep = false;
+		uint64_t wait = ack_wait_ns(qp);
+		if (qp->ack.owed && qp->ack.defer_ns && now - qp->ack.defer_ns < wait) {
+			keep = true;
+			if (qp->ack.defer_ns + wait < next)
+				next = qp->ack.defer_ns + wait;
+		} else if (qp->ack.owed && qp->ack.defer_ns) {
+			dev_count(dev, UC_acks_deferred_late, 1);
+			qp->ack.late_ns = now;  /* a miss, unless a request follows soon */
+			ack_now(qp);
+		}
+		if (!keep) {
+			qp->ack.deferred_listed = false;
+			*pp = qp->ack.next_deferred;
+		} else {
+			pp = &qp->ack.next_deferred;
+		}
+		pthread_mutex_unlock(&qp->lock);
+	}
+	if (next != UINT64_MAX)
+		deadline_lower(dev, &dev->ack_flush_next, next, false);
+}
+
+/* An ACK still owed goes out now, if the QP's state still sends: its wait
+ * is over, or the QP leaves the states that send (the peer's requester must
+ * not be left to retry into a QP that no longer answers). */
+void ack_now(struct uroce_qp *qp)
+{
+	if (qp->ack.owed && ack_may_be_sent(qp))
+		ack_flush_owed(qp);
+	qp->ack.owed = false;
+	qp->ack.defer_ns = 0;
+}
+
+/* A new or reset QP: no ACK owed, and ACKs may wait for a request to ride
+ * with (ack_defer) from the start.  Under qp->lock or before publication. */
+void ack_reset(struct uroce_qp *qp)
+{
+	qp->ack.owed = false;
+	qp->ack.defer_ns = 0;
+	qp->ack.late_ns = 0;
+	qp->ack.wait_us = 0;
+	qp->ack.ride_hits = ACK_RIDE_HITS_START;
+}
+
+/* The QP is being destroyed (under rx_lock): off the deferred list, its owed
+ * ACK sent, no longer counted as inside a WRITE. */
+void ack_qp_gone(struct uroce_qp *qp)
+{
+	for (struct uroce_qp **pp = &qp->dev->acks_deferred; *pp; pp = &(*pp)->ack.next_deferred)
+		if (*pp == qp) {
+			*pp = qp->ack.next_deferred;
+			break;
+		}
+	pthread_mutex_lock(&qp->lock);
+	ack_now(qp);
+	qp_set_in_write(qp, false);
+	pthread_mutex_unlock(&qp->lock);
+}
+
+/* Called by the requester with request packets in `b`: the owed ACK rides
+ * behind them (see ack_defer).  Under qp->lock. */
+void ack_ride(struct uroce_qp *qp, struct tx_batch *b)
+{
+	if (!qp->ack.owed || !ack_may_be_sent(qp))
+		return;
+	if (qp->ack.defer_ns) {
+		dev_count(qp->dev, UC_acks_ridden, 1);
+		ack_ride_hit(qp);
+	}
+	qp->ack.owed = false;
+	qp->ack.defer_ns = 0;
+	dev_count(qp->dev, UC_acks_tx, 1);
+	aeth_add(qp, b, OP_RC_ACK, AETH_ACK_UNLIMITED, qp->ack.owed_psn);
+}
+

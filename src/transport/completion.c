@@ -1,0 +1,159 @@
+/* Completion delivery shared by the transport roles: send WQEs complete in
+ * posting order (IBA 10.8.3), a QP entering ERROR flushes every outstanding
+ * WR (IBA 10.7.3.1), and the receive queue is consumed here. */
+#include <string.h>
+#include "transport.h"
+#include "../wire/hdr.h"
+#include "../core/async.h"
+#include "../core/cq_ring.h"
+
+static void fill_send_wc(struct uroce_qp *qp, struct uroce_send_wqe *w, struct ibv_wc *wc)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = w->wr_id;
+	wc->status = w->status;
+	wc->qp_num = qp->qpn;
+	switch (w->opcode) {
+	case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: case IBV_WR_SEND_WITH_INV:
+		wc->opcode = IBV_WC_SEND; break;
+	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
+		wc->opcode = IBV_WC_RDMA_WRITE; break;
+	case IBV_WR_RDMA_READ:
+		wc->opcode = IBV_WC_RDMA_READ;
+		wc->byte_len = w->length;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		wc->opcode = IBV_WC_COMP_SWAP; wc->byte_len = 8; break;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		wc->opcode = IBV_WC_FETCH_ADD; wc->byte_len = 8; break;
+	default:
+		wc->opcode = IBV_WC_SEND; break;
+	}
+}
+
+/* Mark a WQE complete; completions leave strictly in posting order. */
+void qp_complete_send(struct uroce_qp *qp, struct uroce_send_wqe *w, enum ibv_wc_status st)
+{
+	(void)qp;
+	if (w->state == WQE_DONE)
+		return;
+	if (w->status == IBV_WC_SUCCESS)
+		w->status = st;
+	w->state = WQE_DONE;
+}
+
+void qp_retire_sends(struct uroce_qp *qp)
+{
+	while (qp->sq_tail != qp->sq_head) {
+		struct uroce_send_wqe *w = &qp->sq[qp->sq_tail % qp->sq_size];
+		if (w->state != WQE_DONE)
+			break;
+		if (qp->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED) || w->status != IBV_WC_SUCCESS) {
+			struct ibv_wc wc;
+			fill_send_wc(qp, w, &wc);
+			cq_push(qp->send_cq, &wc, false);
+		}
+		if (qp->req.sq_send == qp->sq_tail)
+			qp->req.sq_send++;
+		qp->sq_tail++;
+	}
+	if (qp->attr.qp_state == IBV_QPS_SQD && qp->req.sq_draining && qp->sq_tail == qp->req.sq_send &&
+	    psn_cmp(qp->comp.una_psn, qp->req.snd_psn) >= 0) {
+		qp->req.sq_draining = false;
+		if (qp->req.sqd_event_pending)
+			qp_post_async_event(qp, IBV_EVENT_SQ_DRAINED);
+		qp->req.sqd_event_pending = false;
+	}
+}
+
+void qp_flush_recv_queue(struct uroce_qp *qp)
+{
+	struct uroce_recv_wqe r;
+
+	if (qp->srq)
+		return; /* SRQ receives belong to the SRQ, not this QP */
+	if (qp->resp.cur_recv_valid) {
+		struct ibv_wc wc = { .wr_id = qp->resp.cur_recv.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };
+		cq_push(qp->recv_cq, &wc, false);
+		qp->resp.cur_recv_valid = false;
+	}
+	while (qp_rq_pop(qp, &r) == 0) {
+		struct ibv_wc wc = { .wr_id = r.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };
+		cq_push(qp->recv_cq, &wc, false);
+	}
+}
+
+void qp_flush_queues(struct uroce_qp *qp)
+{
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (w->state != WQE_DONE) {
+			w->status = w->status == IBV_WC_SUCCESS ? IBV_WC_WR_FLUSH_ERR : w->status;
+			w->state = WQE_DONE;
+		}
+	}
+	qp->req.sq_send = qp->sq_head;
+	qp_retire_sends(qp);
+	/* flushed WQEs always complete, signaled or not (IBA 10.7.3.1) */
+	qp_flush_recv_queue(qp);
+	qp_timers_off(qp);
+	qp->req.rd_atomic_out = 0;
+}
+
+/* Enter ERROR: every outstanding WR completes with IBV_WC_WR_FLUSH_ERR. */
+void qp_enter_error(struct uroce_qp *qp)
+{
+	if (qp->attr.qp_state == IBV_QPS_ERR)
+		return;
+	/* an ACK deferred for a request to ride with (responder.c) acknowledges
+	 * what was placed: it leaves while the state still allows */
+	ack_now(qp);
+	qp->attr.qp_state = IBV_QPS_ERR;
+	qp_flush_queues(qp);
+}
+
+int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out)
+{
+	struct uroce_rq *rq = qp->srq ? &qp->srq->rq : &qp->rq;
+	int rc = -1;
+
+	pthread_spin_lock(&rq->lock);
+	if (rq->tail != rq->head) {
+		const struct uroce_recv_wqe *r = &rq->wqe[rq->tail % rq->max_wr];
+		/* copy the segments out: once popped, post_recv may reuse the slot */
+		*out = *r;
+		out->seg = qp->resp.cur_recv_segs;
+		memcpy(qp->resp.cur_recv_segs, r->seg, r->nseg * sizeof(*r->seg));
+		rq->tail++;
+		rc = 0;
+	}
+	pthread_spin_unlock(&rq->lock);
+	return rc;
+}
+
+
+/* The oldest WQE not yet completed that has packets on the wire. */
+struct uroce_send_wqe *sq_oldest_started(struct uroce_qp *qp)
+{
+	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
+		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		if (!w->started)
+			return NULL;
+		if (w->state != WQE_DONE)
+			return w;
+	}
+	return NULL;
+}
+
+void qp_fail_oldest(struct uroce_qp *qp, enum ibv_wc_status st)
+{
+	struct uroce_send_wqe *w = sq_oldest_started(qp);
+
+	if (w)
+		qp_complete_send(qp, w, st);
+	qp_retire_sends(qp);
+	qp_enter_error(qp);
+}
+

@@ -1,0 +1,45 @@
+/* The configuration of a process's device, from the environment
+ * (README, "Configuration"). */
+#ifndef UROCE_UTIL_CONFIG_H
+#define UROCE_UTIL_CONFIG_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define UROCE_MAX_GIDS 4             /* addresses of one device (UROCE_ADDR) */
+
+struct uroce_config {
+	uint8_t gids[UROCE_MAX_GIDS][16];
+	int ngids;
+	bool addr_from_env;      /* UROCE_ADDR given */
+	enum ibv_mtu active_mtu; /* UROCE_MTU, else from the interface MTU (rxe's rule) */
+	char mtu_from[48];       /* where active_mtu came from, for `uroce info` */
+	char pcap_path[256];     /* UROCE_PCAP */
+	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP */
+	/* UROCE_FAULT_DROP_TX / _RX: "N" drops every N-th packet sent/received;
+	 * "P%" drops P percent at random from the seed UROCE_FAULT_SEED */
+	unsigned fault_drop_tx, fault_drop_rx;
+	double fault_pct_tx, fault_pct_rx;
+	unsigned fault_seed;
+	int log_level;           /* UROCE_LOG: 0 errors, 1 info, 2 debug */
+	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
+	unsigned rto_min_us;     /* UROCE_RTO_MIN_US: floor of the adaptive retransmission
+				  * timer; 0 = only the IBA ACK timer */
+	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
+				  * off the sockets this long */
+	bool handoff_defer;      /* UROCE_HANDOFF=defer */
+	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
+	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
+	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
+				  * request of its QP to ride with; 0 = never */
+	bool engine_rt;          /* UROCE_ENGINE_RT=0: the engine stays an ordinary thread */
+	bool no_gso;             /* UROCE_NO_GSO: one datagram per packet */
+	bool stats_at_exit;      /* UROCE_STATS=1: counters to stderr when the device closes */
+};
+
+int uroce_config_load(struct uroce_config *cfg);
+void uroce_config_print(const struct uroce_config *cfg, FILE *f);
+
+#endif

@@ -1,0 +1,22 @@
+/* The device's limits: what ibv_query_device reports and the objects are
+ * sized by (api/verbs.c reports them, obj/ and sq/ enforce them). */
+#ifndef UROCE_UTIL_LIMITS_H
+#define UROCE_UTIL_LIMITS_H
+
+#define UROCE_VENDOR_ID 0x5552ce    /* ours ("UR"); neither Mellanox (0x02c9) nor Amazon (0x1d0f) */
+#define UROCE_VENDOR_PART_ID 0x0001
+#define UROCE_MAX_QP 16384          /* QPN index bits: 14 */
+#define UROCE_MAX_QP_WR 16384
+#define UROCE_MAX_SGE 32
+#define UROCE_MAX_INLINE 512
+#define UROCE_MAX_CQE 65536
+#define UROCE_MAX_CQ 16384
+#define UROCE_MAX_MR 65536
+#define UROCE_MAX_PD 16384
+#define UROCE_MAX_RD_ATOMIC 16
+#define UROCE_MAX_MSG (1u << 31)    /* RETH DMA length limit (§2.2) */
+#define UROCE_MAX_AH 65536
+#define UROCE_MAX_SRQ 4096
+#define UROCE_MAX_SRQ_WR 16384
+
+#endif

@@ -1,0 +1,34 @@
+/* The stats page: the counters (counters.h) and what `uroce stat` shows of
+ * a process, published at /dev/shm/uroce.<pid> for other processes to read. */
+#ifndef UROCE_UTIL_STATS_H
+#define UROCE_UTIL_STATS_H
+
+#include <stdint.h>
+#include "config.h"
+#include "counters.h"
+
+#define UROCE_STATS_MAGIC 0x65636f7275ULL /* "uroce" */
+#define UROCE_STATS_VERSION 1
+
+struct uroce_stats_page {
+	uint64_t magic;               /* written last (stats_page_finish): the page is complete */
+	uint32_t version;
+	uint32_t pid;
+	uint32_t ngids;
+	uint32_t active_mtu;
+	uint8_t gids[UROCE_MAX_GIDS][16];
+	char cmdline[128];
+	uint64_t counters[UC__COUNT];
+};
+
+/* A zeroed page for this process, published at path (path[0] = 0 and a
+ * private page when /dev/shm cannot hold it); NULL when out of memory.
+ * Removes the pages of processes that died without closing theirs. */
+struct uroce_stats_page *stats_page_open(char path[64]);
+/* The addresses are known: the page is complete and `uroce stat` shows it. */
+void stats_page_finish(struct uroce_stats_page *page, const struct uroce_config *cfg);
+void stats_page_close(struct uroce_stats_page *page, const char *path);
+/* UROCE_STATS: the counters that moved, to stderr. */
+void stats_page_print(const struct uroce_stats_page *page, const struct uroce_config *cfg);
+
+#endif

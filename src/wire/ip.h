@@ -1,0 +1,23 @@
+/* RoCEv2 GIDs and the IP header a packet travels in (shared/docs/roce-wire.md
+ * §1, §9): a GID is a 16-byte IPv6 address, IPv4-mapped (::ffff:a.b.c.d)
+ * for IPv4. */
+#ifndef UROCE_WIRE_IP_H
+#define UROCE_WIRE_IP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+bool gid_is_ipv4(const uint8_t gid[16]);
+/* An IPv4 or IPv6 address in text as a GID; -1 if it is neither. */
+int gid_parse(const char *s, uint8_t gid[16]);
+/* The GID's address as text (dotted quad for IPv4-mapped ones). */
+const char *gid_format(const uint8_t gid[16], char *buf, size_t n);
+
+/* The IP header a RoCEv2 packet of `udp_len` UDP bytes travels in: IPv4
+ * with DF and its header checksum (20 bytes), or IPv6 (40 bytes); returns
+ * the length written.  The pcap tap and the UD GRH share it. */
+size_t ip_header_build(uint8_t *out, const uint8_t sgid[16], const uint8_t dgid[16], uint16_t udp_len,
+		       uint16_t ip_id, uint8_t tos, uint8_t ttl);
+
+#endif
