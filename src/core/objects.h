@@ -246,6 +246,13 @@ struct uroce_qp {
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
 };
 
+/* The states in which a QP's responder takes requests and answers them
+ * (IBA 10.3.1: RTR and after, until ERR). */
+static inline bool qp_state_responds(enum ibv_qp_state st)
+{
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
 static inline void qp_timers_off(struct uroce_qp *qp)
 {

@@ -4,45 +4,31 @@
 #include "sq.h"
 #include <errno.h>
 #include <string.h>
+#include "../core/wr.h"
 #include "../mem/mem.h"
 #include "../transport/transport.h"
 
-
-static bool opcode_allowed(enum ibv_qp_type t, enum ibv_wr_opcode op)
-{
-	switch (op) {
-	case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM:
-		return true;
-	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
-		return t == IBV_QPT_RC || t == IBV_QPT_UC;
-	case IBV_WR_RDMA_READ: case IBV_WR_ATOMIC_CMP_AND_SWP: case IBV_WR_ATOMIC_FETCH_AND_ADD:
-	case IBV_WR_SEND_WITH_INV:
-		return t == IBV_QPT_RC;
-	default:
-		return false;
-	}
-}
 
 static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 {
 	if (qp->sq_head - qp->sq_tail >= qp->sq_size)
 		return ENOMEM;
-	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || !opcode_allowed(qp->type, wr->opcode))
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || !wr_allowed(wr->opcode, qp->type))
 		return EINVAL;
 	if (qp->type == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->context != qp->ibv.qp_base.context))
 		return EINVAL;
 
+	const struct uroce_wr_info *op = wr_info(wr->opcode);
+	/* inline data is what the requester sends, never a response's target */
+	bool is_inline = (wr->send_flags & IBV_SEND_INLINE) && !(op->flags & WRF_RESPONSE);
 	struct uroce_send_wqe *w = &qp->sq[qp->sq_head % qp->sq_size];
 	struct uroce_seg *segs = w->seg;
 	uint64_t total = 0;
 
 	for (int i = 0; i < wr->num_sge; i++)
 		total += wr->sg_list[i].length;
-	if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ &&
-	    wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
-		if (total > qp->cap.max_inline_data)
-			return EINVAL;
-	}
+	if (is_inline && total > qp->cap.max_inline_data)
+		return EINVAL;
 	memset(w, 0, sizeof(*w));
 	w->seg = segs;
 	w->wr_id = wr->wr_id;
@@ -50,19 +36,14 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	w->send_flags = wr->send_flags;
 	w->status = IBV_WC_SUCCESS;
 	w->state = WQE_POSTED;
-	switch (wr->opcode) {
-	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM: case IBV_WR_RDMA_READ:
+	if (op->flags & WRF_RDMA) {
 		w->remote_addr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
-		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP: case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	} else if (op->flags & WRF_ATOMIC_ARGS) {
 		w->remote_addr = wr->wr.atomic.remote_addr;
 		w->rkey = wr->wr.atomic.rkey;
 		w->compare_add = wr->wr.atomic.compare_add;
 		w->swap = wr->wr.atomic.swap;
-		break;
-	default:
-		break;
 	}
 	if (qp->type == IBV_QPT_UD) {
 		const struct uroce_ah *ah = to_uah(wr->wr.ud.ah);
@@ -73,9 +54,9 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		w->sgid_index = ah->attr.grh.sgid_index;
 		w->tclass = ah->attr.grh.traffic_class;
 	}
-	if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+	if (op->flags & WRF_IMM)
 		w->imm_data = wr->imm_data;
-	else if (wr->opcode == IBV_WR_SEND_WITH_INV)
+	else if (op->flags & WRF_INV)
 		w->imm_data = wr->invalidate_rkey;
 
 	if (total > UROCE_MAX_MSG) {
@@ -83,7 +64,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		total = 0;
 	}
 	w->length = (uint32_t)total;
-	bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	bool atomic = op->kind == WRK_ATOMIC;
 	if (atomic) {
 		w->length = 8;
 		if (wr->num_sge < 1 || wr->sg_list[0].length < 8)
@@ -91,7 +72,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	}
 	if (w->status != IBV_WC_SUCCESS) {
 		/* completes with the error when it reaches the head */
-	} else if ((wr->send_flags & IBV_SEND_INLINE) && !atomic && wr->opcode != IBV_WR_RDMA_READ) {
+	} else if (is_inline) {
 		uint8_t *buf = qp->sq_inline + (size_t)(qp->sq_head % qp->sq_size) * qp->cap.max_inline_data;
 		uint32_t off = 0;
 		for (int i = 0; i < wr->num_sge; i++) {
@@ -102,7 +83,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		segs[0].len = off;
 		w->nseg = off ? 1 : 0;
 	} else {
-		unsigned access = (wr->opcode == IBV_WR_RDMA_READ || atomic) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		unsigned access = (op->flags & WRF_RESPONSE) ? IBV_ACCESS_LOCAL_WRITE : 0;
 		uint32_t n = 0;
 		for (int i = 0; i < wr->num_sge; i++) {
 			if (!wr->sg_list[i].length)

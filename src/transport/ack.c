@@ -25,7 +25,7 @@ static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_
 
 void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
 {
-	struct tx_batch b;
+	TXB_ON_STACK(b, 1);
 
 	ack_flush_owed(qp);
 	txb_init(&b, qp);
@@ -82,8 +82,7 @@ void ack_flush_owed(struct uroce_qp *qp)
 
 static bool ack_may_be_sent(const struct uroce_qp *qp)
 {
-	return qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
-	       qp->attr.qp_state == IBV_QPS_SQD || qp->attr.qp_state == IBV_QPS_SQE;
+	return qp_state_responds(qp->attr.qp_state);
 }
 
 /* ACK deferral: in a request-response exchange the application answers a

@@ -5,6 +5,7 @@
 #include "transport.h"
 #include "../wire/hdr.h"
 #include "../core/wake.h"
+#include "../core/wr.h"
 #include "../mem/mem.h"
 
 /* RNR NAK timer codes in microseconds (§5.2; 61.44 ms for code 25 per §11.2). */
@@ -16,8 +17,7 @@ static const uint32_t rnr_timer_us[32] = {
 
 static bool is_rd_atomic(const struct uroce_send_wqe *w)
 {
-	return w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	return (wr_info(w->opcode)->flags & WRF_RESPONSE) != 0;
 }
 
 static void progress_made(struct uroce_qp *qp, uint32_t old_una)
@@ -183,10 +183,10 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 
 	if (!response_wqe(qp, psn, &w))
 		return;
-	if (!w || w->opcode != IBV_WR_RDMA_READ || psn_cmp(psn, w->first_psn) < 0 ||
+	if (!w || wr_info(w->opcode)->kind != WRK_READ || psn_cmp(psn, w->first_psn) < 0 ||
 	    psn_cmp(psn, w->last_psn) > 0) {
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x outside the oldest WQE (%s 0x%x..0x%x)", qp->qpn, psn,
-			w ? (w->opcode == IBV_WR_RDMA_READ ? "READ" : "not READ") : "none", w ? w->first_psn : 0,
+			w ? (wr_info(w->opcode)->kind == WRK_READ ? "READ" : "not READ") : "none", w ? w->first_psn : 0,
 			w ? w->last_psn : 0);
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
@@ -238,7 +238,7 @@ static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
 
 	if (!response_wqe(qp, psn, &w))
 		return;
-	if (!w || (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) ||
+	if (!w || wr_info(w->opcode)->kind != WRK_ATOMIC ||
 	    w->first_psn != psn) {
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;

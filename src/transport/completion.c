@@ -6,29 +6,19 @@
 #include "../wire/hdr.h"
 #include "../core/async.h"
 #include "../core/cq_ring.h"
+#include "../core/wr.h"
 
 static void fill_send_wc(struct uroce_qp *qp, struct uroce_send_wqe *w, struct ibv_wc *wc)
 {
+	const struct uroce_wr_info *op = wr_info(w->opcode);
+
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = w->wr_id;
 	wc->status = w->status;
 	wc->qp_num = qp->qpn;
-	switch (w->opcode) {
-	case IBV_WR_SEND: case IBV_WR_SEND_WITH_IMM: case IBV_WR_SEND_WITH_INV:
-		wc->opcode = IBV_WC_SEND; break;
-	case IBV_WR_RDMA_WRITE: case IBV_WR_RDMA_WRITE_WITH_IMM:
-		wc->opcode = IBV_WC_RDMA_WRITE; break;
-	case IBV_WR_RDMA_READ:
-		wc->opcode = IBV_WC_RDMA_READ;
-		wc->byte_len = w->length;
-		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-		wc->opcode = IBV_WC_COMP_SWAP; wc->byte_len = 8; break;
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		wc->opcode = IBV_WC_FETCH_ADD; wc->byte_len = 8; break;
-	default:
-		wc->opcode = IBV_WC_SEND; break;
-	}
+	wc->opcode = op->wc_opcode;
+	if (op->flags & WRF_WC_LEN)
+		wc->byte_len = w->length;  /* READ: the message; atomics: 8 */
 }
 
 /* Mark a WQE complete; completions leave strictly in posting order. */

@@ -14,6 +14,7 @@
 #include "../wire/hdr.h"
 #include "tx.h"
 #include "../core/wake.h"
+#include "../core/wr.h"
 #include <string.h>
 
 #define READ_CHUNK_PKTS 32u
@@ -23,11 +24,8 @@ static uint32_t qp_window(const struct uroce_qp *qp)
 	return cc_window(&qp->cc);
 }
 
-static bool wqe_is_read(const struct uroce_send_wqe *w) { return w->opcode == IBV_WR_RDMA_READ; }
-static bool wqe_is_atomic(const struct uroce_send_wqe *w)
-{
-	return w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
+static bool wqe_is_read(const struct uroce_send_wqe *w) { return wr_info(w->opcode)->kind == WRK_READ; }
+static bool wqe_is_atomic(const struct uroce_send_wqe *w) { return wr_info(w->opcode)->kind == WRK_ATOMIC; }
 
 static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
 {
@@ -49,33 +47,6 @@ static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 	w->next_pkt = 0;
 	w->resp_bytes = 0;
 	w->started = true;
-}
-
-/* Opcode of packet `i` of `n` for SEND / WRITE (§7). */
-static uint8_t data_opcode(const struct uroce_qp *qp, const struct uroce_send_wqe *w, uint32_t i, uint32_t n)
-{
-	bool first = i == 0, last = i == n - 1;
-	uint8_t base = qp->type == IBV_QPT_UC ? 0x20 : 0x00;
-	uint8_t op;
-
-	switch (w->opcode) {
-	case IBV_WR_SEND:
-		op = first && last ? OP_RC_SEND_ONLY : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST : OP_RC_SEND_MIDDLE;
-		break;
-	case IBV_WR_SEND_WITH_IMM:
-		op = first && last ? OP_RC_SEND_ONLY_IMM : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST_IMM : OP_RC_SEND_MIDDLE;
-		break;
-	case IBV_WR_SEND_WITH_INV:
-		op = first && last ? OP_RC_SEND_ONLY_INV : first ? OP_RC_SEND_FIRST : last ? OP_RC_SEND_LAST_INV : OP_RC_SEND_MIDDLE;
-		break;
-	case IBV_WR_RDMA_WRITE:
-		op = first && last ? OP_RC_WRITE_ONLY : first ? OP_RC_WRITE_FIRST : last ? OP_RC_WRITE_LAST : OP_RC_WRITE_MIDDLE;
-		break;
-	default: /* IBV_WR_RDMA_WRITE_WITH_IMM */
-		op = first && last ? OP_RC_WRITE_ONLY_IMM : first ? OP_RC_WRITE_FIRST : last ? OP_RC_WRITE_LAST_IMM : OP_RC_WRITE_MIDDLE;
-		break;
-	}
-	return (uint8_t)(base | op);
 }
 
 /* Emit the next packet of `w`.  Returns false when the window or the
@@ -117,9 +88,9 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		qp->req.rd_atomic_out++;
 		w->next_pkt = end;
 	} else if (wqe_is_atomic(w)) {
-		uint8_t op = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? OP_RC_CMP_SWAP : OP_RC_FETCH_ADD;
+		uint8_t op = wr_info(w->opcode)->only;
 		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 1, psn);
-		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+		if (op == OP_RC_CMP_SWAP)
 			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->swap, w->compare_add);
 		else
 			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->compare_add, 0);
@@ -128,7 +99,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		w->next_pkt = 1;
 	} else {
 		uint32_t i = w->next_pkt, n = w->npkts;
-		uint8_t op = data_opcode(qp, w, i, n);
+		uint8_t op = wr_packet_opcode(wr_info(w->opcode), i, n, qp->type == IBV_QPT_UC);
 		const struct uroce_opinfo *oi = opinfo(op);
 		uint32_t off = i * qp->pmtu;
 		uint32_t len = (i == n - 1) ? w->length - off : qp->pmtu;
@@ -175,7 +146,7 @@ void requester_reset(struct uroce_qp *qp)
 
 void requester_run(struct uroce_qp *qp)
 {
-	struct tx_batch b;
+	TXB_ON_STACK(b, UROCE_TX_BATCH);
 
 	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->comp.rnr_wait)
 		return;
@@ -316,7 +287,7 @@ bool requester_probe(struct uroce_qp *qp)
 	if (!w || wqe_is_read(w) || wqe_is_atomic(w) || psn_cmp(qp->comp.una_psn, w->first_psn) < 0)
 		return false;
 	uint32_t saved_next = w->next_pkt, saved_snd = qp->req.snd_psn;
-	struct tx_batch b;
+	TXB_ON_STACK(b, 1);
 	txb_init(&b, qp);
 	w->next_pkt = (uint32_t)psn_cmp(qp->comp.una_psn, w->first_psn);
 	bool sent = send_next_packet(qp, w, &b, true);

@@ -17,6 +17,23 @@ enum resp_verdict {
 	RV_RNR,          /* RNR NAK: no receive WQE */
 };
 
+/* A failed memory check answers what mem/'s verdict table says (§5.3). */
+static enum resp_verdict verdict_of_mem(enum uroce_mem_verdict mv)
+{
+	switch (mem_verdict_nak(mv)) {
+	case 0: return RV_OK;
+	case AETH_NAK_INV_REQ: return RV_INV_REQ;
+	case AETH_NAK_REM_OP: return RV_OP_ERR;
+	default: return RV_ACCESS;
+	}
+}
+
+/* A message was accepted: the MSN its ACKs carry counts it (§5.4). */
+static void msn_next(struct uroce_qp *qp)
+{
+	qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
+}
+
 /* A new or reset QP's responder: no message under way.  Under qp->lock or
  * before publication. */
 void responder_reset(struct uroce_qp *qp)
@@ -116,7 +133,7 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->resp.in_send = !(pkt->mask & OPF_LAST);
 	if (pkt->mask & OPF_LAST) {
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->resp.recv_off, pkt, bth_se(pkt->bth));
-		qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
+		msn_next(qp);
 	}
 	return RV_OK;
 }
@@ -124,6 +141,7 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	struct uroce_mr *mr;
+	enum uroce_mem_verdict mv;
 
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
 		return RV_INV_REQ;
@@ -134,9 +152,9 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		qp->resp.write_left = reth_len(reth);
 		/* zero-length writes touch no memory: no key check (IBA 9.4.3) */
 		if (qp->resp.write_left &&
-		    mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
-				    IBV_ACCESS_REMOTE_WRITE, &mr) != MEM_OK)
-			return RV_ACCESS;
+		    (mv = mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
+				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
+			return verdict_of_mem(mv);
 		qp_set_in_write(qp, true);
 		qp->resp.recv_off = 0;
 	}
@@ -152,9 +170,9 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	if (pkt->paylen) {
 		/* re-resolve per packet: no MR pointer is kept across packets */
-		if (mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
-				    IBV_ACCESS_REMOTE_WRITE, &mr) != MEM_OK)
-			return RV_ACCESS;
+		if ((mv = mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
+				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
+			return verdict_of_mem(mv);
 		memcpy(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);
 	}
 	qp->resp.write_va += pkt->paylen;
@@ -162,7 +180,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->resp.recv_off += pkt->paylen;
 	if (pkt->mask & OPF_LAST) {
 		qp_set_in_write(qp, false);
-		qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
+		msn_next(qp);
 		if (pkt->mask & OPF_IMMDT)
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->resp.recv_off, pkt, bth_se(pkt->bth));
 	}
@@ -181,7 +199,7 @@ static struct uroce_rd_res *res_alloc(struct uroce_qp *qp)
 /* Send READ response packets [from_psn .. last] of resource r. */
 static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *r, uint32_t from_psn)
 {
-	struct tx_batch b;
+	TXB_ON_STACK(b, UROCE_TX_BATCH);
 	struct uroce_mr *mr = NULL;
 	uint32_t n = r->last_psn == r->first_psn ? 1 : (uint32_t)psn_cmp(r->last_psn, r->first_psn) + 1;
 	uint32_t i0 = (uint32_t)psn_cmp(from_psn, r->first_psn);
@@ -222,13 +240,14 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 	uint64_t va = reth_va(reth);
 	uint32_t rkey = reth_rkey(reth), len = reth_len(reth);
 	struct uroce_mr *mr;
+	enum uroce_mem_verdict mv;
 
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) || qp->attr.max_dest_rd_atomic == 0)
 		return RV_INV_REQ;
 	if (len > UROCE_MAX_MSG)
 		return RV_INV_REQ;
-	if (len && mr_check_remote(qp->dev, qp->pd, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
-		return RV_ACCESS;
+	if (len && (mv = mr_check_remote(qp->dev, qp->pd, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr)) != MEM_OK)
+		return verdict_of_mem(mv);
 	uint32_t n = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	struct uroce_rd_res *r = res_alloc(qp);
 	r->first_psn = pkt->psn;
@@ -236,7 +255,7 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 	r->va = va;
 	r->rkey = rkey;
 	r->length = len;
-	qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF; /* +1 when a READ is accepted (§5.4) */
+	msn_next(qp); /* +1 when a READ is accepted (§5.4) */
 	send_read_responses(qp, r, r->first_psn);
 	*npsn = n;
 	return RV_OK;
@@ -244,7 +263,7 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 
 static void send_atomic_ack(struct uroce_qp *qp, uint32_t psn, uint64_t orig)
 {
-	struct tx_batch b;
+	TXB_ON_STACK(b, 1);
 	uint8_t *h;
 
 	ack_flush_owed(qp);
@@ -262,13 +281,14 @@ static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	const uint8_t *ae = pkt->bth + opinfo(pkt->opcode)->off_atmeth;
 	uint64_t va = atmeth_va(ae);
 	struct uroce_mr *mr;
+	enum uroce_mem_verdict mv;
 
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || qp->attr.max_dest_rd_atomic == 0)
 		return RV_INV_REQ;
 	if (va & 7)
 		return RV_INV_REQ; /* misaligned atomic (§5.3) */
-	if (mr_check_remote(qp->dev, qp->pd, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr) != MEM_OK)
-		return RV_ACCESS;
+	if ((mv = mr_check_remote(qp->dev, qp->pd, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr)) != MEM_OK)
+		return verdict_of_mem(mv);
 	uint64_t *target = (uint64_t *)(void *)mr_host(mr, va);
 	uint64_t orig;
 	if (!((uintptr_t)target & 7)) {
@@ -287,7 +307,7 @@ static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	r->atomic = true;
 	r->first_psn = r->last_psn = pkt->psn;
 	r->orig = orig;
-	qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
+	msn_next(qp);
 	send_atomic_ack(qp, pkt->psn, orig);
 	return RV_OK;
 }
@@ -330,7 +350,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	enum resp_verdict v;
 	uint32_t consumed = 1;
 
-	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
+	if (!qp_state_responds(st)) {
 		dev_count(qp->dev, UC_drop_qp_state, 1);
 		return;
 	}

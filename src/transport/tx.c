@@ -98,7 +98,7 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 		b->holds_end = true;
 	bool part_end = b->part_max && !b->holds_end && b->part_bytes >= b->part_max &&
 			(op & (OPF_FIRST | OPF_MIDDLE));
-	if (++b->n == UROCE_TX_BATCH) {
+	if (++b->n == b->cap) {
 		txb_flush(b);
 	} else if (part_end) {
 		dev_count(qp->dev, UC_shm_parts_tx, 1);

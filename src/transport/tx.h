@@ -8,19 +8,31 @@
 
 #define TX_HDR_MAX 64
 
+/* A batch of up to `cap` packets; its storage is the caller's
+ * (TXB_ON_STACK), sized for what it sends: a lone ACK, NAK or atomic ACK
+ * takes one slot (under 1 KB), a run of requests or READ responses
+ * UROCE_TX_BATCH (about 40 KB). */
 struct tx_batch {
 	struct uroce_qp *qp;
-	int n;
+	int n, cap;
 	bool run_closed;      /* the current GSO run ended with a short packet */
 	int run_iovs;         /* iovecs in the current GSO run */
 	uint32_t part_max;    /* end the call early after this many bytes (net_flow_part_bytes) */
 	uint32_t part_bytes;  /* bytes in the call so far */
 	bool holds_end;       /* the call has a packet that completes a message */
 	unsigned added;       /* packets added since txb_init, flushed or not */
-	struct uroce_txmsg msg[UROCE_TX_BATCH];
-	uint8_t hdr[UROCE_TX_BATCH][TX_HDR_MAX];
-	uint8_t trailer[UROCE_TX_BATCH][8];
+	struct uroce_txmsg *msg;
+	uint8_t (*hdr)[TX_HDR_MAX];
+	uint8_t (*trailer)[8];
 };
+
+/* Declares `struct tx_batch name` with storage for cap_ packets. */
+#define TXB_ON_STACK(name, cap_) \
+	struct uroce_txmsg name##_msg[cap_]; \
+	uint8_t name##_hdr[cap_][TX_HDR_MAX]; \
+	uint8_t name##_trailer[cap_][8]; \
+	struct tx_batch name = { .cap = (cap_), .msg = name##_msg, .hdr = name##_hdr, \
+				 .trailer = name##_trailer }
 
 /* An empty send call: no packet, no GSO run, no part yet; whether it may
  * end early is asked anew each time (the peer's engine may have gone to

@@ -5,6 +5,7 @@
 #include "transport.h"
 #include "tx.h"
 #include "../core/cq_ring.h"
+#include "../core/wr.h"
 #include "../mem/mem.h"
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
@@ -26,7 +27,7 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	const uint8_t *deth = pkt->bth + opinfo(pkt->opcode)->off_deth;
 	uint8_t grh[40];
 
-	if (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_SQE) {
+	if (!qp_state_responds(st)) {
 		dev_count(qp->dev, UC_drop_qp_state, 1);
 		return;
 	}
@@ -91,7 +92,7 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
 	qp->tx_tos = w->tclass;
 
 	uint8_t *h = txb_hdr(b);
-	uint8_t op = w->opcode == IBV_WR_SEND_WITH_IMM ? OP_UD_SEND_ONLY_IMM : OP_UD_SEND_ONLY;
+	uint8_t op = wr_info(w->opcode)->ud;
 	const struct uroce_opinfo *oi = opinfo(op);
 	bth_set(h, op, (w->send_flags & IBV_SEND_SOLICITED) != 0, 0, w->remote_qpn, 0, qp->req.snd_psn);
 	deth_set(h + oi->off_deth, w->remote_qkey, qp->qpn);
