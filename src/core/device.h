@@ -13,6 +13,24 @@
 struct uroce_net;
 struct uroce_rxpkt;
 
+/* The engine thread and its hand-off with polling applications (exec/
+ * owns it; core/wake.c reads sleeping and wake_ns and writes kick_fd). */
+struct uroce_engine {
+	pthread_t thread;
+	bool running;
+	bool rt;                        /* SCHED_FIFO: wakes fast */
+	bool fair;                      /* a real-time engine spinning as SCHED_OTHER (engine thread only) */
+	int ncpus;                      /* CPUs this process may run on */
+	int loadavg_fd;                 /* /proc/loadavg: may the engine spin? */
+	int epfd, kick_fd;
+	int epfd_timers;                /* kick_fd only: sleep while applications poll */
+	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
+	_Atomic uint64_t handback_ns;   /* last exec_poll_found() hand-back */
+	atomic_bool stop;
+	atomic_bool sleeping;
+	_Atomic uint64_t wake_ns;       /* when the sleeping engine will wake at the latest */
+};
+
 struct uroce_dev {
 	pthread_mutex_t lock;          /* refcnt, qp_list, object counts */
 	int refcnt;
@@ -27,27 +45,14 @@ struct uroce_dev {
 	unsigned nqp, ncq, nmr, npd, nah, nsrq;
 	unsigned nqp_ud;               /* (dev->lock) while > 0: net_rx_ip_meta */
 
-	/* execution (exec/): the engine thread and the hand-off with pollers */
-	pthread_t engine;
-	bool engine_running;
-	bool engine_rt;                /* SCHED_FIFO: wakes fast */
-	bool engine_fair;              /* a real-time engine spinning as SCHED_OTHER (engine thread only) */
-	int ncpus;                     /* CPUs this process may run on */
-	int loadavg_fd;                /* /proc/loadavg: may the engine spin? (engine.c) */
-	int epfd, kick_fd;
-	int epfd_timers;                /* kick_fd only: sleep while applications poll */
-	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
+	struct uroce_engine eng;
 	atomic_int rx_writes_open;      /* QPs with an RDMA WRITE partly received (qp_set_in_write) */
-	_Atomic uint64_t handback_ns;   /* last exec_poll_found() hand-back */
-	atomic_bool stop;
-	atomic_bool sleeping;
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
 	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
 	unsigned n_acks_owed;
 	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request (rx_lock) */
 	_Atomic uint64_t ack_flush_next; /* earliest deferred ACK deadline, ns */
-	_Atomic uint64_t engine_wake_ns; /* when the sleeping engine will wake at the latest */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
 };
 

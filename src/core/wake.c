@@ -6,7 +6,7 @@
 void engine_kick(struct uroce_dev *dev)
 {
 	uint64_t one = 1;
-	if (write(dev->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+	if (write(dev->eng.kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		LOG_ERR("uroce: engine kick: %s", strerror(errno));
 }
 
@@ -26,7 +26,7 @@ void wake_engine_by(struct uroce_dev *dev, uint64_t deadline)
 {
 	/* the engine announces sleeping, then reads the deadlines, then
 	 * publishes when it will wake (exec/engine.c, engine_sleep) */
-	if (!engine_thread && atomic_load(&dev->sleeping) && atomic_load(&dev->engine_wake_ns) > deadline) {
+	if (!engine_thread && atomic_load(&dev->eng.sleeping) && atomic_load(&dev->eng.wake_ns) > deadline) {
 		dev_count(dev, UC_engine_kicks, 1);
 		engine_kick(dev);
 	}

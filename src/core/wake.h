@@ -1,7 +1,7 @@
 /* Waking the engine thread: the deadlines it sleeps until (QP timers,
  * deferred ACKs) and the kick that wakes it earlier.  Written by any
  * thread; the engine (exec/engine.c) publishes when it sleeps and until
- * when (dev->sleeping, dev->engine_wake_ns), so a kick is sent only when it
+ * when (dev->eng.sleeping, dev->eng.wake_ns), so a kick is sent only when it
  * would otherwise wake too late. */
 #ifndef UROCE_CORE_WAKE_H
 #define UROCE_CORE_WAKE_H

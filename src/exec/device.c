@@ -20,7 +20,7 @@ __attribute__((destructor)) static void stats_at_process_exit(void)
 
 static void dev_free(struct uroce_dev *dev)
 {
-	if (dev->engine_running)
+	if (dev->eng.running)
 		engine_stop(dev);
 	stats_page_print(dev->stats, &dev->cfg);
 	net_destroy(dev->net);
@@ -51,10 +51,10 @@ struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engin
 	pthread_mutexattr_destroy(&ma);
 	dev->refcnt = 1;
 	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
-	dev->kick_fd = -1;
+	dev->eng.kick_fd = -1;
 	atomic_store(&dev->timer_next, UINT64_MAX);
 	atomic_store(&dev->ack_flush_next, UINT64_MAX);
-	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
+	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
 	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
 	rc = dev->rx_pkts && dev->acks_owed ? uroce_config_load(&dev->cfg) : -ENOMEM;

@@ -18,6 +18,16 @@
 #include "../net/net.h"
 #include "../transport/transport.h"
 
+/* Packets one engine round takes before it looks at its state again. */
+#define ENGINE_BUDGET 256
+/* How often a spinning engine asks /proc/loadavg whether a CPU is to spare:
+ * a look costs as much as a round of the spin, and a thread that became
+ * runnable meanwhile waits at most this long. */
+#define SPARE_LOOK_NS 10000ull
+/* A spinning engine yields once per this many rounds, so that a thread the
+ * scheduler put on its CPU runs (sched_yield every round costs latency). */
+#define SPIN_YIELD_ROUNDS 16
+
 
 /* May the engine spin without taking a CPU from anyone?  Only while no more
  * threads are runnable than there are CPUs (the "running" field of
@@ -29,9 +39,9 @@ static bool cpu_to_spare(struct uroce_dev *dev)
 {
 	char buf[128];
 
-	if (dev->loadavg_fd < 0)
+	if (dev->eng.loadavg_fd < 0)
 		return false;
-	ssize_t n = pread(dev->loadavg_fd, buf, sizeof(buf) - 1, 0);
+	ssize_t n = pread(dev->eng.loadavg_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
 		return false;
 	buf[n] = 0;
@@ -39,7 +49,7 @@ static bool cpu_to_spare(struct uroce_dev *dev)
 	int running;
 	if (sscanf(buf, "%lf %lf %lf %d/", &l1, &l5, &l15, &running) != 4)
 		return false;
-	return running <= dev->ncpus;
+	return running <= dev->eng.ncpus;
 }
 
 /* A real-time engine spins as an ordinary thread.  Spinning as SCHED_FIFO,
@@ -50,11 +60,11 @@ static bool cpu_to_spare(struct uroce_dev *dev)
  * system call, made when a spin begins and before a sleep only. */
 static void engine_spin_fair(struct uroce_dev *dev, bool fair)
 {
-	if (!dev->engine_rt || dev->engine_fair == fair)
+	if (!dev->eng.rt || dev->eng.fair == fair)
 		return;
 	struct sched_param sp = { .sched_priority = fair ? 0 : 1 };
 	if (pthread_setschedparam(pthread_self(), fair ? SCHED_OTHER : SCHED_FIFO, &sp) == 0)
-		dev->engine_fair = fair;
+		dev->eng.fair = fair;
 }
 
 /* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
@@ -66,7 +76,7 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	struct timespec ts, *tsp = NULL;
 
 	engine_spin_fair(dev, false);
-	atomic_store(&dev->sleeping, true);
+	atomic_store(&dev->eng.sleeping, true);
 	uint64_t now = now_ns();
 	uint64_t wake = UINT64_MAX;
 	if (deadlines) {
@@ -75,7 +85,7 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	}
 	if (cap && now + cap < wake)
 		wake = now + cap;
-	atomic_store(&dev->engine_wake_ns, wake);
+	atomic_store(&dev->eng.wake_ns, wake);
 	if (wake != UINT64_MAX) {
 		uint64_t d = wake > now ? wake - now : 0;
 		ts.tv_sec = (time_t)(d / 1000000000ull);
@@ -83,12 +93,12 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 		tsp = &ts;
 	}
 	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
-	atomic_store(&dev->sleeping, false);
-	atomic_store(&dev->engine_wake_ns, UINT64_MAX);
+	atomic_store(&dev->eng.sleeping, false);
+	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
 	for (int i = 0; i < n; i++)
 		if (evs[i].data.u32 == 0) {
 			uint64_t v;
-			if (read(dev->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			if (read(dev->eng.kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				LOG_DBG("uroce: kick read failed");
 		}
 	return n;
@@ -96,21 +106,21 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 
 /* Sleep in epoll on the sockets (and the kick) until a packet, a kick or the
  * earliest deadline.  Sleeping is announced first -- to kickers
- * (dev->sleeping) and to same-host senders, who then ring a doorbell on the
+ * (dev->eng.sleeping) and to same-host senders, who then ring a doorbell on the
  * socket -- and what came meanwhile is run instead: returns -1 then, else
  * epoll's count. */
 static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
 {
-	atomic_store(&dev->sleeping, true);
+	atomic_store(&dev->eng.sleeping, true);
 	net_rx_sleeping(dev->net, true);
-	if (exec_progress(dev, 256) > 0) {
+	if (exec_progress(dev, ENGINE_BUDGET) > 0) {
 		net_rx_sleeping(dev->net, false);
-		atomic_store(&dev->sleeping, false);
+		atomic_store(&dev->eng.sleeping, false);
 		return -1;
 	}
 	if (count_sleep)
 		dev_count(dev, UC_engine_sleeps, 1);
-	int n = engine_sleep(dev, dev->epfd, 0, true);
+	int n = engine_sleep(dev, dev->eng.epfd, 0, true);
 	net_rx_sleeping(dev->net, false);
 	if (n > 0)
 		atomic_store_explicit(&dev->net->rx_sockets_due, true, memory_order_relaxed);
@@ -125,11 +135,11 @@ static void *engine_main(void *arg)
 	bool spare = false;
 
 	mark_engine_thread();
-	while (!atomic_load(&dev->stop)) {
+	while (!atomic_load(&dev->eng.stop)) {
 		uint64_t now = now_ns();
-		uint64_t app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
+		uint64_t app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
-		bool defer = dev->cfg.handoff_defer && dev->engine_rt;
+		bool defer = dev->cfg.handoff_defer && dev->eng.rt;
 		if (!defer && now - app < grace) {
 			/* grace: an application is polling and receives; the engine
 			 * only runs what is due, if no poller is at it, and wakes to
@@ -143,10 +153,10 @@ static void *engine_main(void *arg)
 			/* what a poller holding rx_lock left due, its next poll runs
 			 * (exec_progress_locked ends with the due work), or this engine
 			 * one grace later */
-			engine_sleep(dev, dev->epfd_timers, grace, !due);
+			engine_sleep(dev, dev->eng.epfd_timers, grace, !due);
 			continue;
 		}
-		if (exec_progress(dev, 256) > 0) {
+		if (exec_progress(dev, ENGINE_BUDGET) > 0) {
 			last_traffic = now_ns();
 			continue;
 		}
@@ -158,9 +168,9 @@ static void *engine_main(void *arg)
 			if (n < 0)
 				continue;
 			now = now_ns();
-			app = atomic_load_explicit(&dev->app_poll_ns, memory_order_relaxed);
+			app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
 			if (n > 0 && (int64_t)(now - app) < (int64_t)grace)
-				engine_sleep(dev, dev->epfd_timers, grace, true);
+				engine_sleep(dev, dev->eng.epfd_timers, grace, true);
 			continue;
 		}
 		/* traffic flows and no application polls: spin a while, if no
@@ -169,7 +179,7 @@ static void *engine_main(void *arg)
 			/* a look costs as much as a round of the spin: look again
 			 * after 10 us (a thread that became runnable meanwhile
 			 * waits at most that long) */
-			if (now - spare_seen > 10000) {
+			if (now - spare_seen > SPARE_LOOK_NS) {
 				spare = cpu_to_spare(dev);
 				spare_seen = now;
 				if (!spare)
@@ -182,7 +192,7 @@ static void *engine_main(void *arg)
 				 * (p99 ~60 us); a yield per round cost 0.15 us of
 				 * median, one per 16 rounds nothing measurable */
 				engine_spin_fair(dev, true);
-				if (++spin_rounds % 16 == 0)
+				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0)
 					sched_yield();
 				continue;
 			}
@@ -200,18 +210,18 @@ int engine_start(struct uroce_dev *dev)
 	int rc;
 
 	cpu_set_t cpus;
-	dev->ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-	dev->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	dev->epfd = epoll_create1(EPOLL_CLOEXEC);
-	dev->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (dev->epfd < 0 || dev->kick_fd < 0)
+	dev->eng.ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+	dev->eng.loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	dev->eng.epfd = epoll_create1(EPOLL_CLOEXEC);
+	dev->eng.kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (dev->eng.epfd < 0 || dev->eng.kick_fd < 0)
 		return -errno;
-	if (epoll_ctl(dev->epfd, EPOLL_CTL_ADD, dev->kick_fd, &ev) < 0)
+	if (epoll_ctl(dev->eng.epfd, EPOLL_CTL_ADD, dev->eng.kick_fd, &ev) < 0)
 		return -errno;
-	dev->epfd_timers = epoll_create1(EPOLL_CLOEXEC);
-	if (dev->epfd_timers < 0 || epoll_ctl(dev->epfd_timers, EPOLL_CTL_ADD, dev->kick_fd, &ev) < 0)
+	dev->eng.epfd_timers = epoll_create1(EPOLL_CLOEXEC);
+	if (dev->eng.epfd_timers < 0 || epoll_ctl(dev->eng.epfd_timers, EPOLL_CTL_ADD, dev->eng.kick_fd, &ev) < 0)
 		return -errno;
-	rc = dev->net->ops->add_fds(dev->net, dev->epfd);
+	rc = dev->net->ops->add_fds(dev->net, dev->eng.epfd);
 	if (rc < 0)
 		return rc;
 	/* One-sided operations are executed by the engine while the target
@@ -230,18 +240,18 @@ int engine_start(struct uroce_dev *dev)
 		pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
 		pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
 		pthread_attr_setschedparam(&attr, &sp);
-		dev->engine_rt = true;
+		dev->eng.rt = true;
 	}
-	rc = pthread_create(&dev->engine, &attr, engine_main, dev);
+	rc = pthread_create(&dev->eng.thread, &attr, engine_main, dev);
 	pthread_attr_destroy(&attr);
-	if (rc == EPERM && dev->engine_rt) {
-		dev->engine_rt = false;  /* not permitted: an ordinary thread */
-		rc = pthread_create(&dev->engine, NULL, engine_main, dev);
+	if (rc == EPERM && dev->eng.rt) {
+		dev->eng.rt = false;  /* not permitted: an ordinary thread */
+		rc = pthread_create(&dev->eng.thread, NULL, engine_main, dev);
 	}
 	if (rc)
 		return -rc;
-	pthread_setname_np(dev->engine, "uroce-engine");
-	dev->engine_running = true;
+	pthread_setname_np(dev->eng.thread, "uroce-engine");
+	dev->eng.running = true;
 	return 0;
 }
 
@@ -251,13 +261,13 @@ void engine_stop(struct uroce_dev *dev)
 	pthread_mutex_lock(&dev->rx_lock);
 	ack_flush_deferred(dev, UINT64_MAX);
 	pthread_mutex_unlock(&dev->rx_lock);
-	atomic_store(&dev->stop, true);
+	atomic_store(&dev->eng.stop, true);
 	engine_kick(dev);
-	pthread_join(dev->engine, NULL);
-	dev->engine_running = false;
-	close(dev->epfd);
-	close(dev->epfd_timers);
-	close(dev->kick_fd);
-	if (dev->loadavg_fd >= 0)
-		close(dev->loadavg_fd);
+	pthread_join(dev->eng.thread, NULL);
+	dev->eng.running = false;
+	close(dev->eng.epfd);
+	close(dev->eng.epfd_timers);
+	close(dev->eng.kick_fd);
+	if (dev->eng.loadavg_fd >= 0)
+		close(dev->eng.loadavg_fd);
 }

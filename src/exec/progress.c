@@ -7,6 +7,11 @@
 #include "../net/net.h"
 #include "../transport/transport.h"
 
+/* At most one hand-back a while (exec_poll_found): an application that
+ * keeps polling through bidirectional WRITE streams must not kick the
+ * engine per completion. */
+#define HANDBACK_MIN_NS 100000ull
+
 static void run_timers(struct uroce_dev *dev, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
@@ -87,7 +92,7 @@ void exec_poll_progress(struct uroce_dev *dev)
 {
 	if (!dev->cfg.poll_progress)
 		return;
-	atomic_store_explicit(&dev->app_poll_ns, now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_poll_ns, now_ns(), memory_order_relaxed);
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
 	exec_progress_locked(dev, UROCE_RX_BATCH);
@@ -105,10 +110,10 @@ void exec_poll_found(struct uroce_dev *dev)
 {
 	if (atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) <= 0 || dev->cfg.handoff_defer)
 		return;
-	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->handback_ns, memory_order_relaxed);
-	if (now - last < 100000 || !atomic_compare_exchange_strong(&dev->handback_ns, &last, now))
+	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
+	if (now - last < HANDBACK_MIN_NS || !atomic_compare_exchange_strong(&dev->eng.handback_ns, &last, now))
 		return;
-	atomic_store_explicit(&dev->app_poll_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_poll_ns, 0, memory_order_relaxed);
 	wake_engine_by(dev, now);
 }
 

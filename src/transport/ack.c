@@ -12,6 +12,8 @@
 #define ACK_RIDE_HITS_MAX 8
 #define ACK_RIDE_HITS_START 4   /* a new or reset QP defers */
 #define ACK_ANSWER_NS 1000000ull /* a request this soon after a late ACK answers it */
+#define ACK_PROBE_EVERY 16       /* a QP that stopped deferring tries again this often */
+#define ACK_WAIT_MAX_X 50        /* the wait grows to at most this many UROCE_ACK_DEFER_US */
 
 /* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
 static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn)
@@ -105,7 +107,7 @@ static bool ack_defer(struct uroce_qp *qp)
 		return false;
 	/* an ordinary (not real-time) engine may wake for the deadline tens of
 	 * ms late on a loaded host: what it receives is ACKed at once */
-	if (!qp->dev->engine_rt && on_engine_thread())
+	if (!qp->dev->eng.rt && on_engine_thread())
 		return false;
 	if (qp->ack.late_ns) {
 		/* the last deferred ACK went alone and no request followed:
@@ -115,7 +117,7 @@ static bool ack_defer(struct uroce_qp *qp)
 		if (qp->ack.ride_hits)
 			qp->ack.ride_hits--;
 	}
-	return qp->ack.ride_hits || (++qp->ack.defer_probe & 15) == 0;
+	return qp->ack.ride_hits || (++qp->ack.defer_probe % ACK_PROBE_EVERY) == 0;
 }
 
 /* A deferral paid off: the QP's request came (ack_defer). */
@@ -142,7 +144,7 @@ void ack_request_follows(struct uroce_qp *qp)
 	if (now_ns() - late > ACK_ANSWER_NS)
 		return;
 	unsigned base = qp->dev->cfg.ack_defer_us, w = qp->ack.wait_us ? qp->ack.wait_us : base;
-	qp->ack.wait_us = 2 * w < 50 * base ? 2 * w : 50 * base;
+	qp->ack.wait_us = 2 * w < ACK_WAIT_MAX_X * base ? 2 * w : ACK_WAIT_MAX_X * base;
 	ack_ride_hit(qp);
 }
 
