@@ -2,6 +2,8 @@
  *   uroce run [--] CMD ARGS...   run CMD with liburoce.so preloaded
  *   uroce info                   the device, its addresses, the configuration,
  *                                and every running uroce process
+ *   uroce info --settings-markdown   README's configuration table, from
+ *                                util/config_table.h
  *   uroce stat [-a] [PID]        counters of running uroce processes */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -18,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "util/config_table.h"
 #include "util/stats.h"
 
 static const char *const counter_names[] = {
@@ -31,16 +34,24 @@ static const char *const counter_help[] = {
 #undef X
 };
 
+static const struct setting {
+	const char *name, *shown, *help;
+} settings[] = {
+#define X(name, field, kind, a, b, def, shown, help) { #name, shown, help },
+	UROCE_CONFIG_TABLE(X)
+#undef X
+};
+#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: uroce run [--] PROGRAM [ARGS...]   run PROGRAM on the uroce0 RDMA device\n"
 		"       uroce info                       show the device, its addresses and settings\n"
+		"       uroce info --settings-markdown   the UROCE_* settings as README's table\n"
 		"       uroce stat [-a] [PID]            show counters of running uroce processes\n"
 		"\n"
-		"environment: UROCE_ADDR=ip[,ip]  UROCE_MTU=256..4096  UROCE_PCAP=file\n"
-		"             UROCE_WINDOW=packets  UROCE_SPIN_US=us  UROCE_LOG=0|1|2\n"
-		"             UROCE_FAULT_DROP_TX=N  UROCE_FAULT_DROP_RX=N  UROCE_LIB=path\n");
+		"environment: UROCE_* settings, listed with their values by `uroce info`\n");
 }
 
 static int find_library(char *out, size_t n)
@@ -186,9 +197,32 @@ static int print_process(const struct uroce_stats_page *s, void *arg)
 	return 0;
 }
 
+/* s without markdown's backquotes, for a terminal. */
+static const char *plain(const char *s, char *buf, size_t n)
+{
+	size_t k = 0;
+
+	for (; *s && k + 1 < n; s++)
+		if (*s != '`')
+			buf[k++] = *s;
+	buf[k] = 0;
+	return buf;
+}
+
+/* README.md's "Configuration (environment)" table (ctest unit_readme_config
+ * compares them). */
+static int cmd_settings_markdown(void)
+{
+	printf("| variable | meaning | default |\n|---|---|---|\n");
+	for (size_t i = 0; i < NSETTINGS; i++)
+		printf("| `%s` | %s | %s |\n", settings[i].name, settings[i].help, settings[i].shown);
+	return 0;
+}
+
 /* Runs with liburoce preloaded (re-executed by cmd_info). */
 static int cmd_info_preloaded(void)
 {
+	char text[512];
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list || n < 1) {
@@ -219,17 +253,14 @@ static int cmd_info_preloaded(void)
 			printf("gid[%d]        %s  (RoCE v2, this process)\n", i, gid_str(g.raw, a, sizeof(a)));
 	}
 	printf("settings\n");
-	printf("  UROCE_ADDR    %s\n", getenv("UROCE_ADDR") ? getenv("UROCE_ADDR") : "(unset: a 127.64.0.0/10 address per process)");
-	if (getenv("UROCE_MTU"))
-		printf("  UROCE_MTU     %s\n", getenv("UROCE_MTU"));
-	else
-		printf("  UROCE_MTU     (unset: the largest IB MTU that fits the interface MTU - 80: %d)\n",
-		       128 << pa.active_mtu);
-	printf("  UROCE_PCAP    %s\n", getenv("UROCE_PCAP") ? getenv("UROCE_PCAP") : "(off)");
-	printf("  UROCE_WINDOW  %s\n", getenv("UROCE_WINDOW") ? getenv("UROCE_WINDOW") : "128 (default)");
-	printf("  UROCE_SPIN_US %s\n", getenv("UROCE_SPIN_US") ? getenv("UROCE_SPIN_US") : "50 (default)");
-	printf("  UROCE_HANDOFF %s\n", getenv("UROCE_HANDOFF") ? getenv("UROCE_HANDOFF") : "grace (default)");
-	printf("  UROCE_ACK_DEFER_US %s\n", getenv("UROCE_ACK_DEFER_US") ? getenv("UROCE_ACK_DEFER_US") : "20 (default)");
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const char *e = getenv(settings[i].name);
+		printf("  %-24s ", settings[i].name);
+		if (e)
+			printf("%s\n", *e ? e : "(set, empty)");
+		else
+			printf("(default: %s)\n", plain(settings[i].shown, text, sizeof(text)));
+	}
 	printf("uroce processes on this host\n");
 	for_each_process(print_process, NULL, 0);
 	ibv_close_device(ctx);
@@ -280,6 +311,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "info") && argc > 2 && !strcmp(argv[2], "--settings-markdown"))
+		return cmd_settings_markdown();
 	if (!strcmp(argv[1], "info"))
 		return cmd_info(argv[0]);
 	if (!strcmp(argv[1], "__info"))

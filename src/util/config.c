@@ -1,8 +1,11 @@
 /* Configuration from the environment (README, "Configuration"): read once,
- * when the device opens. */
+ * when the device opens, row by row of config_table.h.  The only getenv of
+ * a UROCE_* setting in the library. */
 #include "config.h"
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <net/if.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,30 +13,9 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <unistd.h>
+#include "config_table.h"
 #include "log.h"
 #include "../wire/ip.h"
-
-static unsigned env_uint(const char *name, unsigned def)
-{
-	const char *e = getenv(name);
-	return e && *e ? (unsigned)strtoul(e, NULL, 0) : def;
-}
-
-static void parse_fault(const char *name, unsigned *every, double *pct)
-{
-	const char *e = getenv(name);
-	char *end;
-
-	*every = 0;
-	*pct = 0;
-	if (!e || !*e)
-		return;
-	double v = strtod(e, &end);
-	if (*end == '%')
-		*pct = v < 0 ? 0 : v > 100 ? 100 : v;
-	else
-		*every = (unsigned)v;
-}
 
 /* Name of the interface that holds `gid` into name[IFNAMSIZ]: loopback
  * addresses (127/8, ::1, the automatic 127.64/10 ones) are on "lo", which
@@ -115,115 +97,164 @@ static void active_mtu_from_netdevs(struct uroce_config *cfg)
 		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "default: interface MTU unknown");
 }
 
-int uroce_config_load(struct uroce_config *cfg)
+static unsigned env_uint(const char *e, unsigned def, unsigned lo, unsigned hi)
 {
-	const char *e;
+	unsigned v = e && *e ? (unsigned)strtoul(e, NULL, 0) : def;
+	return v < lo ? lo : v > hi ? hi : v;
+}
 
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->active_mtu = IBV_MTU_1024;
-	cfg->window = 128;   /* rxe's limit of unacknowledged PSNs (§10) */
-	cfg->spin_us = 50;
-	/* 10 ms: a 1 ms floor fired often enough on this 2-core VM to raise
-	 * the 2-byte ib_send_lat median from 7 to 49 us (measured; engine
-	 * timer wakeups), while 10 ms costs nothing measurable and still
-	 * recovers a lost tail ~6x sooner than the usual 67 ms ACK timeout */
-	cfg->rto_min_us = 10000;
-	e = getenv("UROCE_ADDR");
-	if (e && *e) {
-		char buf[512], *save = NULL;
-		snprintf(buf, sizeof(buf), "%s", e);
-		for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-			if (cfg->ngids == UROCE_MAX_GIDS || gid_parse(t, cfg->gids[cfg->ngids]) < 0) {
-				LOG_ERR("uroce: UROCE_ADDR: cannot use '%s' (IPv4 or IPv6 addresses, comma separated, at most %d)",
-					t, UROCE_MAX_GIDS);
-				return -EINVAL;
-			}
-			cfg->ngids++;
-		}
-		cfg->addr_from_env = cfg->ngids > 0;
-	}
-	e = getenv("UROCE_MTU");
+static bool env_bool(const char *e, bool def)
+{
+	return e && *e ? *e != '0' : def;
+}
+
+static bool env_word(const char *e, const char *word, bool def)
+{
+	return e && *e ? !strcmp(e, word) : def;
+}
+
+static void env_fault(const char *e, unsigned *every, double *pct)
+{
+	char *end;
+
+	*every = 0;
+	*pct = 0;
 	if (!e || !*e)
-		active_mtu_from_netdevs(cfg);
-	else {
-		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "UROCE_MTU");
-		switch (atoi(e)) {
-		case 256: cfg->active_mtu = IBV_MTU_256; break;
-		case 512: cfg->active_mtu = IBV_MTU_512; break;
-		case 1024: cfg->active_mtu = IBV_MTU_1024; break;
-		case 2048: cfg->active_mtu = IBV_MTU_2048; break;
-		case 4096: cfg->active_mtu = IBV_MTU_4096; break;
-		default:
-			LOG_ERR("uroce: UROCE_MTU must be 256, 512, 1024, 2048 or 4096");
+		return;
+	double v = strtod(e, &end);
+	if (*end == '%')
+		*pct = v < 0 ? 0 : v > 100 ? 100 : v;
+	else
+		*every = (unsigned)v;
+}
+
+static void env_path(const char *e, char *out, size_t n)
+{
+	if (!e || !*e)
+		return;
+	/* "%p" becomes the PID, so that both ends can share one setting */
+	const char *p = strstr(e, "%p");
+	if (p)
+		snprintf(out, n, "%.*s%d%s", (int)(p - e), e, (int)getpid(), p + 2);
+	else
+		snprintf(out, n, "%s", e);
+}
+
+static int env_addr(struct uroce_config *cfg, const char *e)
+{
+	char buf[512], *save = NULL;
+
+	if (!e || !*e)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", e);
+	for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		if (cfg->ngids == UROCE_MAX_GIDS || gid_parse(t, cfg->gids[cfg->ngids]) < 0) {
+			LOG_ERR("uroce: UROCE_ADDR: cannot use '%s' (IPv4 or IPv6 addresses, comma separated, at most %d)",
+				t, UROCE_MAX_GIDS);
 			return -EINVAL;
 		}
+		cfg->ngids++;
 	}
-	e = getenv("UROCE_PCAP");
-	if (e && *e) {
-		/* "%p" becomes the PID, so that both ends can share one setting */
-		const char *p = strstr(e, "%p");
-		if (p)
-			snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%.*s%d%s", (int)(p - e), e, (int)getpid(), p + 2);
-		else
-			snprintf(cfg->pcap_path, sizeof(cfg->pcap_path), "%s", e);
+	cfg->addr_from_env = cfg->ngids > 0;
+	return 0;
+}
+
+static int env_mtu(struct uroce_config *cfg, const char *e)
+{
+	snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "UROCE_MTU");
+	switch (atoi(e)) {
+	case 256: cfg->active_mtu = IBV_MTU_256; break;
+	case 512: cfg->active_mtu = IBV_MTU_512; break;
+	case 1024: cfg->active_mtu = IBV_MTU_1024; break;
+	case 2048: cfg->active_mtu = IBV_MTU_2048; break;
+	case 4096: cfg->active_mtu = IBV_MTU_4096; break;
+	default:
+		LOG_ERR("uroce: UROCE_MTU must be 256, 512, 1024, 2048 or 4096");
+		return -EINVAL;
 	}
-	cfg->window = env_uint("UROCE_WINDOW", cfg->window);
-	if (cfg->window < 1)
-		cfg->window = 1;
-	if (cfg->window > 4096)
-		cfg->window = 4096;
-	parse_fault("UROCE_FAULT_DROP_TX", &cfg->fault_drop_tx, &cfg->fault_pct_tx);
-	parse_fault("UROCE_FAULT_DROP_RX", &cfg->fault_drop_rx, &cfg->fault_pct_rx);
-	cfg->fault_seed = env_uint("UROCE_FAULT_SEED", 1);
-	cfg->log_level = (int)env_uint("UROCE_LOG", 0);
-	cfg->spin_us = env_uint("UROCE_SPIN_US", cfg->spin_us);
-	cfg->rto_min_us = env_uint("UROCE_RTO_MIN_US", cfg->rto_min_us);
-	/* grace unless told "defer" (docs/architecture.md, engine.c) */
-	e = getenv("UROCE_POLL_PROGRESS");
-	cfg->poll_progress = !e || *e != '0';
-	e = getenv("UROCE_HANDOFF");
-	cfg->handoff_defer = e && !strcmp(e, "defer");
-	cfg->poll_grace_us = env_uint("UROCE_POLL_GRACE_US", cfg->handoff_defer ? 5 : 3000);
-	cfg->ack_defer_us = env_uint("UROCE_ACK_DEFER_US", 20);
-	e = getenv("UROCE_SHM");
-	cfg->shm = !e || *e != '0';
-	e = getenv("UROCE_ENGINE_RT");
-	cfg->engine_rt = !e || *e != '0';
-	e = getenv("UROCE_NO_GSO");
-	cfg->no_gso = e != NULL;
-	e = getenv("UROCE_STATS");
-	cfg->stats_at_exit = e && *e && *e != '0';
+	return 0;
+}
+
+/* One statement per kind of row (config_table.h); e is the variable's value,
+ * NULL when unset, and is read once. */
+#define LOAD_addr(e, fld, a, b, def) \
+	if ((rc = env_addr(cfg, e)) < 0) \
+		return rc;
+#define LOAD_mtu(e, fld, a, b, def) \
+	if (!(v = e) || !*v) \
+		def; \
+	else if ((rc = env_mtu(cfg, v)) < 0) \
+		return rc;
+#define LOAD_path(e, fld, a, b, def)     env_path(e, cfg->fld, sizeof(cfg->fld));
+#define LOAD_uint(e, fld, a, b, def)     cfg->fld = env_uint(e, def, a, b);
+#define LOAD_level(e, fld, a, b, def)    cfg->fld = (int)env_uint(e, def, a, b);
+#define LOAD_bool(e, fld, a, b, def)     cfg->fld = env_bool(e, def);
+#define LOAD_set(e, fld, a, b, def)      cfg->fld = (e) != NULL;
+#define LOAD_word(e, fld, a, b, def)     cfg->fld = env_word(e, a, def);
+#define LOAD_fault(e, fld, a, b, def)    env_fault(e, &cfg->fld, &cfg->a);
+#define LOAD_launcher(e, fld, a, b, def)
+
+int uroce_config_load(struct uroce_config *cfg)
+{
+	const char *v;
+	int rc;
+
+	memset(cfg, 0, sizeof(*cfg));
+#define X(name, field, kind, a, b, def, shown, help) LOAD_##kind(getenv(#name), field, a, b, def)
+	UROCE_CONFIG_TABLE(X)
+#undef X
 	uroce_log_set_level(cfg->log_level);
 	return 0;
 }
 
-void uroce_config_print(const struct uroce_config *cfg, FILE *f)
+static void row(FILE *f, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void row(FILE *f, const char *name, const char *fmt, ...)
 {
-	char a[64];
+	va_list ap;
 
-	for (int i = 0; i < cfg->ngids; i++)
-		fprintf(f, "  gid[%d]        %s (RoCE v2, UDP port 4791)\n", i, gid_format(cfg->gids[i], a, sizeof(a)));
-	fprintf(f, "  address from  %s\n", cfg->addr_from_env ? "UROCE_ADDR" : "automatic (127.64.0.0/10, one per process)");
-	fprintf(f, "  active_mtu    %d (%s; UROCE_MTU sets it)\n", 128 << cfg->active_mtu, cfg->mtu_from);
-	fprintf(f, "  window        %u packets (UROCE_WINDOW)\n", cfg->window);
-	fprintf(f, "  pcap          %s (UROCE_PCAP)\n", cfg->pcap_path[0] ? cfg->pcap_path : "off");
-	fprintf(f, "  same host     %s (UROCE_SHM)\n", cfg->shm ?
-		"shared-memory rings to uroce processes of this network namespace" : "off: UDP to every peer");
-	fprintf(f, "  spin          %u us after traffic (UROCE_SPIN_US)\n", cfg->spin_us);
-	fprintf(f, "  hand-off      %s: a polling application keeps the engine off the sockets for %u us (UROCE_HANDOFF, UROCE_POLL_GRACE_US)\n",
-		cfg->handoff_defer ? "defer" : "grace", cfg->poll_grace_us);
-	if (cfg->ack_defer_us)
-		fprintf(f, "  ACK deferral  an owed ACK waits up to %u us for a request to ride with (UROCE_ACK_DEFER_US)\n",
-			cfg->ack_defer_us);
-	else
-		fprintf(f, "  ACK deferral  off (UROCE_ACK_DEFER_US=0)\n");
-	if (cfg->rto_min_us)
-		fprintf(f, "  early retry   after the measured round trip, at least %u us (UROCE_RTO_MIN_US)\n",
-			cfg->rto_min_us);
-	else
-		fprintf(f, "  early retry   off: the IBA ACK timeout only (UROCE_RTO_MIN_US=0)\n");
-	if (cfg->fault_drop_tx || cfg->fault_drop_rx || cfg->fault_pct_tx > 0 || cfg->fault_pct_rx > 0)
-		fprintf(f, "  fault         drop every %u-th sent (%.2f%%), %u-th received (%.2f%%)\n",
-			cfg->fault_drop_tx, cfg->fault_pct_tx, cfg->fault_drop_rx, cfg->fault_pct_rx);
+	fprintf(f, "  %-20s ", name);
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fputc('\n', f);
 }
 
+static void row_addr(FILE *f, const char *name, const struct uroce_config *cfg)
+{
+	char a[64], all[UROCE_MAX_GIDS * 64 + 1] = "";
+	size_t n = 0;
+
+	for (int i = 0; i < cfg->ngids && n < sizeof(all); i++)
+		n += (size_t)snprintf(all + n, sizeof(all) - n, "%s%s", i ? "," : "",
+				      gid_format(cfg->gids[i], a, sizeof(a)));
+	row(f, name, "%s", cfg->addr_from_env ? all : "automatic (127.64.0.0/10, one per process)");
+}
+
+static void row_fault(FILE *f, const char *name, unsigned every, double pct)
+{
+	if (every)
+		row(f, name, "every %u-th packet", every);
+	else if (pct > 0)
+		row(f, name, "%.2f%% at random", pct);
+	else
+		row(f, name, "off");
+}
+
+#define SHOW_addr(n, fld, a, b)     row_addr(f, n, cfg);
+#define SHOW_mtu(n, fld, a, b)      row(f, n, "%d (%s)", 128 << cfg->fld, cfg->mtu_from);
+#define SHOW_path(n, fld, a, b)     row(f, n, "%s", cfg->fld[0] ? cfg->fld : "off");
+#define SHOW_uint(n, fld, a, b)     row(f, n, "%u", cfg->fld);
+#define SHOW_level(n, fld, a, b)    row(f, n, "%d", cfg->fld);
+#define SHOW_bool(n, fld, a, b)     row(f, n, "%s", cfg->fld ? "on" : "off");
+#define SHOW_set                    SHOW_bool
+#define SHOW_word(n, fld, a, b)     row(f, n, "%s", cfg->fld ? a : b);
+#define SHOW_fault(n, fld, a, b)    row_fault(f, n, cfg->fld, cfg->a);
+#define SHOW_launcher(n, fld, a, b)
+
+/* The value in force of every row the library reads, one a line. */
+void uroce_config_print(const struct uroce_config *cfg, FILE *f)
+{
+#define X(name, field, kind, a, b, def, shown, help) SHOW_##kind(#name, field, a, b)
+	UROCE_CONFIG_TABLE(X)
+#undef X
+}

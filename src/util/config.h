@@ -1,5 +1,5 @@
 /* The configuration of a process's device, from the environment
- * (README, "Configuration"). */
+ * (README, "Configuration"): the fields the rows of config_table.h fill. */
 #ifndef UROCE_UTIL_CONFIG_H
 #define UROCE_UTIL_CONFIG_H
 
@@ -39,7 +39,9 @@ struct uroce_config {
 	bool stats_at_exit;      /* UROCE_STATS=1: counters to stderr when the device closes */
 };
 
+/* 0, or -EINVAL for a UROCE_ADDR or UROCE_MTU that cannot be used (logged). */
 int uroce_config_load(struct uroce_config *cfg);
+/* Every setting the library reads, "  NAME value" a line, for diagnostics. */
 void uroce_config_print(const struct uroce_config *cfg, FILE *f);
 
 #endif
