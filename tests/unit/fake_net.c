@@ -1,0 +1,177 @@
+/* The fake backend (fake_net.h).  One per process: the tests open one
+ * device on it at a time. */
+#include "fake_net.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct uroce_flow {
+	uint8_t sgid[16];
+	uint16_t sport;
+};
+
+static struct fake_pkt sent[FAKE_SENT_MAX];
+static unsigned nsent;
+
+static struct fake_pkt rxq[FAKE_RX_MAX];
+static unsigned rx_head, rx_tail;   /* tail: next to hand out */
+
+unsigned fake_sent_count(void) { return nsent; }
+const struct fake_pkt *fake_sent(unsigned i) { return i < nsent ? &sent[i] : NULL; }
+void fake_sent_clear(void) { nsent = 0; }
+unsigned fake_rx_pending(void) { return rx_head - rx_tail; }
+
+static void die(const char *why)
+{
+	fprintf(stderr, "fake_net: %s\n", why);
+	abort();
+}
+
+void fake_rx_queue(const uint8_t *buf, uint32_t len, const uint8_t sgid[16], const uint8_t dgid[16],
+		   uint16_t sport)
+{
+	if (rx_head == FAKE_RX_MAX)
+		die("receive queue full");
+	if (len > FAKE_PKT_BYTES)
+		die("packet too long to queue");
+	struct fake_pkt *p = &rxq[rx_head++];
+	memcpy(p->buf, buf, len);
+	p->len = len;
+	memcpy(p->sgid, sgid, 16);
+	memcpy(p->dgid, dgid, 16);
+	p->sport = sport;
+	p->ip_id = 0;
+}
+
+void fake_rx_queue_sent(const struct fake_pkt *p)
+{
+	fake_rx_queue(p->buf, p->len, p->sgid, p->dgid, p->sport);
+	rxq[rx_head - 1].ip_id = p->ip_id;
+}
+
+static int fake_open(struct uroce_net *net)
+{
+	/* no automatic address: the test names GID 0 (UROCE_ADDR) */
+	if (net->cfg->ngids == 0) {
+		fprintf(stderr, "fake_net: set UROCE_ADDR before opening the device\n");
+		return -EADDRNOTAVAIL;
+	}
+	net->gso_max_segs = 0;  /* one packet per datagram: every ICRC covers IPv4 ID 0 */
+	nsent = 0;
+	rx_head = rx_tail = 0;
+	return 0;
+}
+
+static void fake_close(struct uroce_net *net) { (void)net; }
+
+static struct uroce_flow *fake_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
+					 const uint8_t *peer)
+{
+	struct uroce_flow *f = calloc(1, sizeof(*f));
+
+	(void)net;
+	(void)peer;
+	if (!f) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memcpy(f->sgid, sgid, 16);
+	f->sport = sport;
+	return f;
+}
+
+static void fake_flow_close(struct uroce_flow *flow) { free(flow); }
+
+static int fake_send(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
+{
+	(void)tos;
+	for (int i = 0; i < n; i++) {
+		if (nsent == FAKE_SENT_MAX)
+			die("too many packets sent without fake_sent_clear");
+		struct fake_pkt *p = &sent[nsent++];
+		uint32_t off = 0;
+		for (int k = 0; k < msgs[i].iovcnt; k++) {
+			if (off + msgs[i].iov[k].iov_len > FAKE_PKT_BYTES)
+				die("packet too long to record");
+			memcpy(p->buf + off, msgs[i].iov[k].iov_base, msgs[i].iov[k].iov_len);
+			off += (uint32_t)msgs[i].iov[k].iov_len;
+		}
+		p->len = off;
+		memcpy(p->sgid, flow->sgid, 16);
+		memcpy(p->dgid, dgid, 16);
+		p->sport = flow->sport;
+		p->ip_id = msgs[i].gso_idx;
+	}
+	return n;
+}
+
+static uint32_t fake_flow_part_bytes(const struct uroce_flow *flow)
+{
+	(void)flow;
+	return 0;  /* a send call is never cut in parts */
+}
+
+static int fake_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+{
+	int n = 0;
+
+	while (n < max && rx_tail != rx_head) {
+		struct fake_pkt *q = &rxq[rx_tail++];
+		struct uroce_rxpkt *p = &pkts[n++];
+		memset(p, 0, sizeof(*p));
+		p->buf = q->buf;
+		p->len = q->len;
+		memcpy(p->sgid, q->sgid, 16);
+		memcpy(p->dgid, q->dgid, 16);
+		p->sport = q->sport;
+		p->ttl = 64;
+		p->ip_id_hint = q->ip_id;
+	}
+	net->rx_more = rx_tail != rx_head;
+	return n;
+}
+
+static void fake_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+{
+	(void)net;
+	(void)pkts;
+	(void)n;
+	/* the buffers are reused once every queued packet was handed out */
+	if (rx_tail == rx_head)
+		rx_head = rx_tail = 0;
+}
+
+static int fake_add_fds(struct uroce_net *net, int epfd)
+{
+	(void)net;
+	(void)epfd;
+	return 0;
+}
+
+static void fake_rx_ip_meta(struct uroce_net *net, bool on)
+{
+	(void)net;
+	(void)on;
+}
+
+static void fake_rx_sleeping(struct uroce_net *net, bool sleeping)
+{
+	(void)net;
+	(void)sleeping;
+}
+
+const struct uroce_net_ops fake_net_ops = {
+	.name = "fake",
+	.open = fake_open,
+	.close = fake_close,
+	.flow_open = fake_flow_open,
+	.flow_close = fake_flow_close,
+	.send = fake_send,
+	.flow_part_bytes = fake_flow_part_bytes,
+	.recv = fake_recv,
+	.recv_done = fake_recv_done,
+	.add_fds = fake_add_fds,
+	.rx_ip_meta = fake_rx_ip_meta,
+	.rx_sleeping = fake_rx_sleeping,
+};

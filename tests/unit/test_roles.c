@@ -1,0 +1,1803 @@
+/* The transport roles driven alone (issue 11, item 4): a device on the fake
+ * backend (fake_net.h) without an engine thread, objects made with the
+ * provider's own entry points, packets crafted with wire/hdr.h handed to
+ * transport_rx_batch, and what the roles send read back from the fake.
+ * Assertions are on what can be observed -- memory, completions, the
+ * packets on the wire -- never on the QP's internal state, with the rule of
+ * shared/docs/roce-wire.md each one checks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include "fake_net.h"
+#include "core/cq_ring.h"
+#include "exec/exec.h"
+#include "obj/obj.h"
+#include "sq/sq.h"
+#include "transport/transport.h"
+#include "wire/hdr.h"
+#include "wire/icrc.h"
+#include "wire/opcode.h"
+
+static int failures, checks, test_failures;
+
+#define CHECK(cond, ...) do { \
+	checks++; \
+	if (!(cond)) { \
+		failures++; \
+		test_failures++; \
+		printf("  not ok %s:%d: ", __FILE__, __LINE__); \
+		printf(__VA_ARGS__); \
+		printf("\n"); \
+	} \
+} while (0)
+
+#define PEER_QPN 0x00ABCDu
+#define PEER_SPORT 0xC0DEu
+#define SQ_PSN 0x000100u
+#define RQ_PSN 0x000200u
+#define MIN_RNR_TIMER 12
+
+/* GID 0 of the device (UROCE_ADDR) and the peer, IPv4-mapped (§9) */
+static const uint8_t local_gid[16] = { [10] = 0xff, [11] = 0xff, 198, 18, 0, 1 };
+static const uint8_t peer_gid[16] = { [10] = 0xff, [11] = 0xff, 198, 18, 0, 2 };
+
+static struct uroce_dev *dev;
+static struct uroce_context uctx;
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+
+/* ------------------------------------------------------------ objects */
+
+struct rig {
+	struct ibv_cq *scq, *rcq;
+	struct ibv_qp *qp;
+	uint32_t qpn;
+};
+
+struct conn {
+	enum ibv_mtu mtu;
+	const uint8_t *dgid;
+	uint32_t dqpn, sq_psn, rq_psn;
+	uint8_t retry_cnt;
+};
+
+static const struct conn conn_default = {
+	.mtu = IBV_MTU_1024, .dgid = peer_gid, .dqpn = PEER_QPN, .sq_psn = SQ_PSN, .rq_psn = RQ_PSN, .retry_cnt = 7,
+};
+
+static bool rig_create(struct rig *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	r->rcq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!r->scq || !r->rcq)
+		return false;
+	struct ibv_qp_init_attr ia = {
+		.send_cq = r->scq, .recv_cq = r->rcq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 4, .max_recv_sge = 4 },
+	};
+	r->qp = uroce_create_qp(pd, &ia);
+	if (!r->qp)
+		return false;
+	r->qpn = r->qp->qp_num;
+	return true;
+}
+
+/* RESET -> INIT -> RTR -> RTS with the masks IBA 11.2.5 asks for RC. */
+static bool rig_connect(struct rig *r, const struct conn *c)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return false;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.sgid_index = 0;
+	a.ah_attr.grh.hop_limit = 64;
+	memcpy(a.ah_attr.grh.dgid.raw, c->dgid, 16);
+	a.path_mtu = c->mtu;
+	a.dest_qp_num = c->dqpn;
+	a.rq_psn = c->rq_psn;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = MIN_RNR_TIMER;
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return false;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = c->sq_psn;
+	a.timeout = 14;
+	a.retry_cnt = c->retry_cnt;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+		return false;
+	fake_sent_clear();
+	return true;
+}
+
+static bool rig_up_with(struct rig *r, const struct conn *c)
+{
+	bool ok = rig_create(r) && rig_connect(r, c);
+	CHECK(ok, "QP setup failed");
+	return ok;
+}
+
+static bool rig_up(struct rig *r)
+{
+	return rig_up_with(r, &conn_default);
+}
+
+static void rig_down(struct rig *r)
+{
+	if (r->qp)
+		CHECK(uroce_destroy_qp(r->qp) == 0, "destroy QP");
+	if (r->scq)
+		CHECK(uroce_destroy_cq(r->scq) == 0, "destroy send CQ");
+	if (r->rcq)
+		CHECK(uroce_destroy_cq(r->rcq) == 0, "destroy recv CQ");
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp *q)
+{
+	struct ibv_qp_attr a;
+	uroce_query_qp(q, &a, IBV_QP_STATE, NULL);
+	return a.qp_state;
+}
+
+/* A buffer of `alloc` bytes filled with 0xEE, its first `reg` bytes
+ * registered at an iova that is not its host address: SGEs and RETHs
+ * name iova addresses, and the transport must translate them. */
+struct mem {
+	uint8_t *host;
+	size_t alloc;
+	uint64_t iova;
+	struct ibv_mr *mr;
+};
+
+static bool mem_up(struct mem *m, size_t alloc, size_t reg, unsigned access)
+{
+	static uint64_t next_iova = 0x7a0000000000ull;
+
+	memset(m, 0, sizeof(*m));
+	m->alloc = (alloc + 4095) & ~(size_t)4095;
+	m->host = aligned_alloc(4096, m->alloc);
+	if (!m->host)
+		return false;
+	memset(m->host, 0xEE, m->alloc);
+	m->iova = next_iova;
+	next_iova += 1ull << 24;
+	m->mr = uroce_reg_mr_iova(pd, m->host, reg, m->iova, access);
+	CHECK(m->mr, "register MR");
+	return m->mr != NULL;
+}
+
+/* Also for a mem never set up (zeroed). */
+static void mem_down(struct mem *m)
+{
+	if (m->mr)
+		CHECK(uroce_dereg_mr(m->mr) == 0, "deregister MR");
+	free(m->host);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Are bytes [off, off+n) of m all 0xEE (never written)? */
+static bool untouched(const struct mem *m, size_t off, size_t n)
+{
+	for (size_t i = off; i < off + n; i++)
+		if (m->host[i] != 0xEE)
+			return false;
+	return true;
+}
+
+static void pattern(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 7 + seed * 31 + (i >> 8));
+}
+
+/* ------------------------------------------------------------ packets in */
+
+static struct uroce_rxpkt rx_pkts[UROCE_RX_BATCH];
+
+/* What exec's receive loop does: one receive call, its packets as one
+ * batch, under rx_lock (exec/progress.c). */
+static int deliver(void)
+{
+	pthread_mutex_lock(&dev->rx_lock);
+	int n = net_recv(dev->net, rx_pkts, UROCE_RX_BATCH);
+	if (n > 0) {
+		transport_rx_batch(dev, rx_pkts, n);
+		net_recv_done(dev->net, rx_pkts, n);
+	}
+	pthread_mutex_unlock(&dev->rx_lock);
+	return n;
+}
+
+/* A packet from the peer: the BTH here, extension headers at their
+ * opinfo offsets (set by the caller), then pkt_queue. */
+struct pkt {
+	uint8_t b[FAKE_PKT_BYTES];
+	uint8_t op;
+};
+
+static uint8_t *pkt_begin(struct pkt *p, uint8_t op, uint32_t dqpn, bool ackreq, uint32_t psn)
+{
+	memset(p->b, 0, 64);
+	p->op = op;
+	bth_set(p->b, op, 0, 0, dqpn, ackreq, psn);
+	return p->b;
+}
+
+/* Payload, pad (§7) and an ICRC as the peer's IP layer would carry it:
+ * IPv4 ID 0, DF, UDP 4791 (§4; recv.c icrc_ok). */
+static void pkt_queue_ex(struct pkt *p, const void *payload, uint32_t n, bool corrupt)
+{
+	uint32_t hl = opinfo(p->op)->hdr_len;
+	unsigned pad = pad_for(n);
+	uint32_t len = hl + n + pad + ICRC_LEN;
+
+	if (n)
+		memcpy(p->b + hl, payload, n);
+	memset(p->b + hl + n, 0, pad);
+	p->b[1] = (uint8_t)((p->b[1] & ~0x30) | pad << 4);
+	struct icrc_iphdr ih = {
+		.sgid = peer_gid, .dgid = local_gid, .sport = PEER_SPORT, .dport = ROCE_UDP_PORT,
+		.udp_len = (uint16_t)(len + 8), .ip_id = 0, .ip_frag = 0x4000,
+	};
+	struct iovec v = { p->b, len - ICRC_LEN };
+	icrc_store(p->b + len - ICRC_LEN, icrc_packet(&ih, &v, 1) ^ (corrupt ? 1u : 0));
+	fake_rx_queue(p->b, len, peer_gid, local_gid, PEER_SPORT);
+}
+
+static void pkt_queue(struct pkt *p, const void *payload, uint32_t n)
+{
+	pkt_queue_ex(p, payload, n, false);
+}
+
+static void queue_write(uint8_t op, uint32_t dqpn, uint32_t psn, bool ackreq, uint64_t va, uint32_t rkey,
+			uint32_t dma_len, const void *data, uint32_t n)
+{
+	struct pkt p;
+	uint8_t *h = pkt_begin(&p, op, dqpn, ackreq, psn);
+	if (opinfo(op)->off_reth)
+		reth_set(h + opinfo(op)->off_reth, va, rkey, dma_len);
+	pkt_queue(&p, data, n);
+}
+
+static void queue_send(uint8_t op, uint32_t dqpn, uint32_t psn, bool ackreq, const void *data, uint32_t n)
+{
+	struct pkt p;
+	pkt_begin(&p, op, dqpn, ackreq, psn);
+	pkt_queue(&p, data, n);
+}
+
+static void queue_read_req(uint32_t dqpn, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len)
+{
+	struct pkt p;
+	uint8_t *h = pkt_begin(&p, OP_RC_READ_REQUEST, dqpn, true, psn);
+	reth_set(h + BTH_LEN, va, rkey, len);
+	pkt_queue(&p, NULL, 0);
+}
+
+/* An ACK, NAK or READ response (AETH where the opcode has one, §5). */
+static void queue_resp(uint8_t op, uint32_t dqpn, uint32_t psn, uint8_t syndrome, uint32_t msn,
+		       const void *data, uint32_t n)
+{
+	struct pkt p;
+	uint8_t *h = pkt_begin(&p, op, dqpn, false, psn);
+	if (opinfo(op)->off_aeth)
+		aeth_set(h + opinfo(op)->off_aeth, syndrome, msn);
+	pkt_queue(&p, data, n);
+}
+
+/* ------------------------------------------------------------ packets out */
+
+static const uint8_t *pkt_payload(const struct fake_pkt *p) { return p->buf + opinfo(p->buf[0])->hdr_len; }
+
+static uint32_t pkt_paylen(const struct fake_pkt *p)
+{
+	uint32_t fixed = opinfo(p->buf[0])->hdr_len + bth_pad(p->buf) + ICRC_LEN;
+	return p->len >= fixed ? p->len - fixed : UINT32_MAX;
+}
+
+/* The ICRC over the packet as the kernel would put it on the wire: the
+ * IPv4 ID of its GSO place (§4.2), DF, UDP 4791. */
+static bool pkt_icrc_ok(const struct fake_pkt *p)
+{
+	if (p->len < BTH_LEN + ICRC_LEN)
+		return false;
+	struct icrc_iphdr ih = {
+		.sgid = p->sgid, .dgid = p->dgid, .sport = p->sport, .dport = ROCE_UDP_PORT,
+		.udp_len = (uint16_t)(p->len + 8), .ip_id = p->ip_id, .ip_frag = 0x4000,
+	};
+	struct iovec v = { (void *)p->buf, p->len - ICRC_LEN };
+	return icrc_packet(&ih, &v, 1) == icrc_load(p->buf + p->len - ICRC_LEN);
+}
+
+/* Packet from a default rig to the peer: its addresses, destination QP,
+ * opcode and PSN, a well-formed length and a valid ICRC. */
+static bool check_out(const struct fake_pkt *p, uint8_t op, uint32_t psn, const char *what)
+{
+	CHECK(p, "%s: not sent", what);
+	if (!p)
+		return false;
+	CHECK(bth_opcode(p->buf) == op, "%s: opcode 0x%02x, expected 0x%02x (%s)", what, bth_opcode(p->buf), op,
+	      opinfo(op)->name);
+	CHECK(bth_psn(p->buf) == psn, "%s: PSN 0x%06x, expected 0x%06x", what, bth_psn(p->buf), psn);
+	CHECK(bth_qpn(p->buf) == PEER_QPN, "%s: destination QP 0x%x", what, bth_qpn(p->buf));
+	CHECK(!memcmp(p->sgid, local_gid, 16) && !memcmp(p->dgid, peer_gid, 16), "%s: addresses", what);
+	CHECK(pkt_paylen(p) != UINT32_MAX, "%s: %u bytes, shorter than its headers", what, p->len);
+	CHECK(pkt_icrc_ok(p), "%s: bad ICRC", what);
+	return bth_opcode(p->buf) == op;
+}
+
+/* An ACKNOWLEDGE (or NAK) of psn with this syndrome and MSN (§5, §5.4). */
+static void check_aeth(const struct fake_pkt *p, uint32_t psn, uint8_t syndrome, uint32_t msn, const char *what)
+{
+	if (!check_out(p, OP_RC_ACK, psn, what))
+		return;
+	const uint8_t *ae = p->buf + BTH_LEN;
+	CHECK(aeth_syndrome(ae) == syndrome, "%s: syndrome 0x%02x, expected 0x%02x", what, aeth_syndrome(ae), syndrome);
+	CHECK(aeth_msn(ae) == msn, "%s: MSN %u, expected %u", what, aeth_msn(ae), msn);
+	CHECK(pkt_paylen(p) == 0, "%s: carries %u payload bytes", what, pkt_paylen(p));
+	CHECK(!bth_ackreq(p->buf), "%s: AckReq on a response", what);
+}
+
+static void check_nsent(unsigned n, const char *what)
+{
+	CHECK(fake_sent_count() == n, "%s: %u packets sent, expected %u", what, fake_sent_count(), n);
+}
+
+/* ------------------------------------------------------------ completions */
+
+static int cq_take(struct ibv_cq *cq, struct ibv_wc *wc, int max)
+{
+	int n = 0;
+	while (n < max && cq_pop(to_ucq(cq), &wc[n]))
+		n++;
+	return n;
+}
+
+static void check_wc(const struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_status st, enum ibv_wc_opcode op,
+		     uint32_t qpn, const char *what)
+{
+	CHECK(wc->wr_id == wr_id, "%s: wr_id 0x%llx, expected 0x%llx", what, (unsigned long long)wc->wr_id,
+	      (unsigned long long)wr_id);
+	CHECK(wc->status == st, "%s: status %d, expected %d", what, wc->status, st);
+	/* the opcode of an error completion is undefined (IBA 11.4.2.1) */
+	if (st == IBV_WC_SUCCESS)
+		CHECK(wc->opcode == op, "%s: opcode %d, expected %d", what, wc->opcode, op);
+	CHECK(wc->qp_num == qpn, "%s: qp_num 0x%x", what, wc->qp_num);
+}
+
+/* The next async event of the context, if any (ibv_get_async_event). */
+static bool async_take(struct ibv_async_event *ev)
+{
+	uint64_t v;
+	bool got = false;
+
+	pthread_mutex_lock(&uctx.async_lock);
+	if (uctx.async_n) {
+		*ev = uctx.async_q[0];
+		memmove(uctx.async_q, uctx.async_q + 1, --uctx.async_n * sizeof(*ev));
+		got = true;
+	}
+	pthread_mutex_unlock(&uctx.async_lock);
+	if (got)
+		CHECK(read(ctx->async_fd, &v, sizeof(v)) == sizeof(v), "async_fd not readable with an event queued");
+	return got;
+}
+
+static void async_drain(void)
+{
+	struct ibv_async_event ev;
+	while (async_take(&ev))
+		;
+}
+
+/* ------------------------------------------------------------ posting */
+
+static int post_send(struct rig *r, uint64_t wr_id, enum ibv_wr_opcode op, struct ibv_sge *sge, int nsge,
+		     uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = sge, .num_sge = nsge, .opcode = op, .send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	int rc = uroce_post_send(r->qp, &wr, &bad);
+	CHECK(rc == 0, "post_send: %d", rc);
+	return rc;
+}
+
+static int post_recv(struct rig *r, uint64_t wr_id, struct mem *m, uint32_t off, uint32_t len)
+{
+	struct ibv_sge sge = { m->iova + off, len, m->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int rc = uroce_post_recv(r->qp, &wr, &bad);
+	CHECK(rc == 0, "post_recv: %d", rc);
+	return rc;
+}
+
+/* The QP's timers fire at `now` (exec/progress.c run_timers: rx_lock,
+ * then the QP's lock). */
+static void fire_timers(struct rig *r, uint64_t now)
+{
+	struct uroce_qp *qp = to_uqp(r->qp);
+
+	pthread_mutex_lock(&dev->rx_lock);
+	pthread_mutex_lock(&qp->lock);
+	retry_timer_fire(qp, now);
+	pthread_mutex_unlock(&qp->lock);
+	pthread_mutex_unlock(&dev->rx_lock);
+}
+
+/* ============================================================ responder */
+
+/* §7: a WRITE ONLY lands at its RETH address; one ACK per batch (§6.5),
+ * of the last PSN, with the MSN counting messages (§5.4). */
+static void test_resp_write_only(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d1[700], d2[40], d3[33];
+
+	if (!rig_up(&r) || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d1, sizeof(d1), 1);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova + 100, m.mr->rkey, sizeof(d1), d1, sizeof(d1));
+	CHECK(deliver() == 1, "one packet received");
+	CHECK(!memcmp(m.host + 100, d1, sizeof(d1)), "WRITE ONLY bytes in the MR");
+	CHECK(untouched(&m, 0, 100) && untouched(&m, 800, m.alloc - 800), "bytes around the WRITE untouched");
+	check_nsent(1, "WRITE ONLY");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the WRITE ONLY");
+
+	/* two messages in one batch: one ACK, of the second (coalesced) */
+	fake_sent_clear();
+	pattern(d2, sizeof(d2), 2);
+	pattern(d3, sizeof(d3), 3);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 1, true, m.iova + 2000, m.mr->rkey, sizeof(d2), d2, sizeof(d2));
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 2, true, m.iova + 3001, m.mr->rkey, sizeof(d3), d3, sizeof(d3));
+	CHECK(deliver() == 2, "two packets received");
+	CHECK(!memcmp(m.host + 2000, d2, sizeof(d2)) && !memcmp(m.host + 3001, d3, sizeof(d3)),
+	      "both WRITEs in the MR");
+	CHECK(untouched(&m, 3001 + sizeof(d3), m.alloc - 3001 - sizeof(d3)), "nothing written past the last WRITE");
+	check_nsent(1, "two WRITEs in one batch");
+	check_aeth(fake_sent(0), RQ_PSN + 2, AETH_ACK_UNLIMITED, 3, "coalesced ACK");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* FIRST/MIDDLE/LAST at PMTU 1024 (§7): placed in order, nothing ACKed
+ * that did not ask, one ACK for a batch whose packets all asked. */
+static void test_resp_write_multi(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[2548];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 4);
+	uint64_t va = m.iova + 16;
+	queue_write(OP_RC_WRITE_FIRST, r.qpn, RQ_PSN, false, va, m.mr->rkey, sizeof(d), d, 1024);
+	CHECK(deliver() == 1, "FIRST received");
+	CHECK(!memcmp(m.host + 16, d, 1024), "FIRST bytes in the MR");
+	check_nsent(0, "FIRST without AckReq");
+	queue_write(OP_RC_WRITE_MIDDLE, r.qpn, RQ_PSN + 1, true, 0, 0, 0, d + 1024, 1024);
+	queue_write(OP_RC_WRITE_LAST, r.qpn, RQ_PSN + 2, true, 0, 0, 0, d + 2048, 500);
+	CHECK(deliver() == 2, "MIDDLE and LAST received");
+	CHECK(!memcmp(m.host + 16, d, sizeof(d)), "the whole WRITE in the MR");
+	CHECK(untouched(&m, 0, 16) && untouched(&m, 16 + sizeof(d), m.alloc - 16 - sizeof(d)),
+	      "bytes around the WRITE untouched");
+	check_nsent(1, "MIDDLE+LAST in one batch, both with AckReq");
+	check_aeth(fake_sent(0), RQ_PSN + 2, AETH_ACK_UNLIMITED, 1, "ACK of the LAST");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A WRITE the memory check refuses: NAK remote access error (0x62) with
+ * the offending PSN and the MSN unchanged (§5.3, §5.4), the memory as it
+ * was, the responder's QP in ERROR with QP_FATAL, later requests dropped. */
+static void write_refused(const char *what, size_t alloc, size_t reg, unsigned access, uint64_t off,
+			  uint32_t len, uint32_t rkey_xor)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[512];
+	struct ibv_async_event ev;
+
+	async_drain();
+	if (!rig_up(&r) || !mem_up(&m, alloc, reg, access))
+		goto out;
+	pattern(d, sizeof(d), 5);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova + off, m.mr->rkey ^ rkey_xor, len, d, len);
+	CHECK(deliver() == 1, "%s: received", what);
+	check_nsent(1, what);
+	check_aeth(fake_sent(0), RQ_PSN, AETH_NAK_REM_ACCESS, 0, what);
+	CHECK(untouched(&m, 0, m.alloc), "%s: memory changed", what);
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "%s: responder QP not in ERROR", what);
+	CHECK(async_take(&ev) && ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == r.qp,
+	      "%s: no QP_FATAL event", what);
+	/* in ERROR nothing is executed or answered any more */
+	fake_sent_clear();
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 1, true, m.iova, m.mr->rkey, 16, d, 16);
+	deliver();
+	check_nsent(0, "a WRITE after the NAK");
+	CHECK(untouched(&m, 0, m.alloc), "%s: a WRITE after the NAK changed memory", what);
+out:
+	mem_down(&m);
+	rig_down(&r);
+	async_drain();
+}
+
+static void test_resp_write_bad_rkey(void)
+{
+	/* same table index, other random part: a key never handed out */
+	write_refused("bad rkey", 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 64, 256, 0x5a5a0000u);
+}
+
+static void test_resp_write_past_end(void)
+{
+	/* 8 KiB allocated, 4 KiB registered: the last 100 bytes fit, 100 do not */
+	write_refused("past the MR's end", 8192, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+		      4096 - 100, 200, 0);
+}
+
+static void test_resp_write_no_permission(void)
+{
+	write_refused("MR without remote write", 4096, 4096, IBV_ACCESS_LOCAL_WRITE, 0, 64, 0);
+}
+
+static void test_resp_write_one_past_end(void)
+{
+	/* 200 bytes ending one byte past the MR */
+	write_refused("one byte past the MR's end", 8192, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+		      4096 - 199, 200, 0);
+}
+
+/* The RETH's length is checked at the FIRST (§7: it is the whole
+ * message's): a FIRST that fits in the MR, of a message that does not,
+ * is NAKed before anything is placed. */
+static void test_resp_write_reth_past_end(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[1024];
+
+	if (!rig_up(&r) || !mem_up(&m, 8192, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 88);
+	queue_write(OP_RC_WRITE_FIRST, r.qpn, RQ_PSN, false, m.iova + 4096 - 1024, m.mr->rkey, 2048, d, 1024);
+	deliver();
+	check_nsent(1, "FIRST of a WRITE past the MR's end");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_NAK_REM_ACCESS, 0, "NAK at the FIRST");
+	CHECK(untouched(&m, 0, m.alloc), "FIRST of a WRITE past the end was placed");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* The bounds check is exact: a WRITE ending at the MR's last byte lands. */
+static void test_resp_write_to_end(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[200];
+
+	if (!rig_up(&r) || !mem_up(&m, 8192, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 6);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova + 4096 - 200, m.mr->rkey, 200, d, 200);
+	deliver();
+	CHECK(!memcmp(m.host + 4096 - 200, d, 200), "WRITE up to the MR's end in the MR");
+	CHECK(untouched(&m, 4096, 4096), "nothing past the MR");
+	check_nsent(1, "WRITE up to the end");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the WRITE up to the end");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* SENDs consume posted receives in order and complete them with their
+ * length (IBV_WC_RECV), a multi-packet SEND too. */
+static void test_resp_send(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint8_t d1[300], d2[1034];
+
+	if (!rig_up(&r) || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	post_recv(&r, 0x51, &m, 0, 4096);
+	post_recv(&r, 0x52, &m, 4096, 4096);
+	pattern(d1, sizeof(d1), 7);
+	queue_send(OP_RC_SEND_ONLY, r.qpn, RQ_PSN, true, d1, sizeof(d1));
+	deliver();
+	CHECK(cq_take(r.rcq, wc, 4) == 1, "one receive completion");
+	check_wc(&wc[0], 0x51, IBV_WC_SUCCESS, IBV_WC_RECV, r.qpn, "SEND ONLY");
+	CHECK(wc[0].byte_len == sizeof(d1), "SEND ONLY byte_len %u", wc[0].byte_len);
+	CHECK(wc[0].src_qp == PEER_QPN, "SEND ONLY src_qp 0x%x", wc[0].src_qp);
+	CHECK(!memcmp(m.host, d1, sizeof(d1)) && untouched(&m, sizeof(d1), 4096 - sizeof(d1)),
+	      "SEND ONLY bytes in the receive buffer");
+	check_nsent(1, "SEND ONLY");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the SEND ONLY");
+
+	fake_sent_clear();
+	pattern(d2, sizeof(d2), 8);
+	queue_send(OP_RC_SEND_FIRST, r.qpn, RQ_PSN + 1, false, d2, 1024);
+	queue_send(OP_RC_SEND_LAST, r.qpn, RQ_PSN + 2, true, d2 + 1024, 10);
+	deliver();
+	CHECK(cq_take(r.rcq, wc, 4) == 1, "one receive completion for FIRST+LAST");
+	check_wc(&wc[0], 0x52, IBV_WC_SUCCESS, IBV_WC_RECV, r.qpn, "SEND FIRST+LAST");
+	CHECK(wc[0].byte_len == sizeof(d2), "SEND FIRST+LAST byte_len %u", wc[0].byte_len);
+	CHECK(!memcmp(m.host + 4096, d2, sizeof(d2)), "SEND FIRST+LAST bytes in the second buffer");
+	check_nsent(1, "SEND FIRST+LAST");
+	check_aeth(fake_sent(0), RQ_PSN + 2, AETH_ACK_UNLIMITED, 2, "ACK of the SEND LAST");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* No receive posted: RNR NAK with the QP's min_rnr_timer and the PSN of
+ * the SEND (§5.2, §5.4); not fatal -- the retried SEND lands once a
+ * receive is posted. */
+static void test_resp_send_rnr(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[64];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 9);
+	queue_send(OP_RC_SEND_ONLY, r.qpn, RQ_PSN, true, d, sizeof(d));
+	deliver();
+	check_nsent(1, "SEND with no receive");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_RNR_NAK | MIN_RNR_TIMER, 0, "RNR NAK");
+	CHECK(cq_take(r.rcq, wc, 2) == 0, "a receive completion without a receive");
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "RNR NAK changed the QP's state");
+
+	fake_sent_clear();
+	post_recv(&r, 0x61, &m, 0, 4096);
+	queue_send(OP_RC_SEND_ONLY, r.qpn, RQ_PSN, true, d, sizeof(d));
+	deliver();
+	CHECK(cq_take(r.rcq, wc, 2) == 1, "the retried SEND completes");
+	check_wc(&wc[0], 0x61, IBV_WC_SUCCESS, IBV_WC_RECV, r.qpn, "retried SEND");
+	CHECK(!memcmp(m.host, d, sizeof(d)), "retried SEND bytes");
+	check_nsent(1, "retried SEND");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the retried SEND");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A READ request: responses at PSN, PSN+1 ... cut at the PMTU, AETH on
+ * FIRST/LAST/ONLY only, MSN counting the READ when accepted (§5.4, §6.3,
+ * §7); the next request's PSN follows the responses. */
+static void test_resp_read(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	static const uint32_t want_len[3] = { 1024, 1024, 952 };
+	static const uint8_t want_op[3] = { OP_RC_READ_RESP_FIRST, OP_RC_READ_RESP_MIDDLE, OP_RC_READ_RESP_LAST };
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ))
+		goto out;
+	pattern(m.host, 4096, 10);
+	queue_read_req(r.qpn, RQ_PSN, m.iova + 8, m.mr->rkey, 3000);
+	deliver();
+	check_nsent(3, "READ of 3000 bytes at PMTU 1024");
+	uint32_t off = 0;
+	for (unsigned i = 0; i < 3 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		char what[48];
+		snprintf(what, sizeof(what), "READ response %u", i);
+		if (!check_out(p, want_op[i], RQ_PSN + i, what))
+			continue;
+		CHECK(pkt_paylen(p) == want_len[i], "%s: %u bytes, expected %u", what, pkt_paylen(p), want_len[i]);
+		CHECK(!memcmp(pkt_payload(p), m.host + 8 + off, want_len[i]), "%s: wrong data", what);
+		if (i != 1) {
+			const uint8_t *ae = p->buf + BTH_LEN;
+			CHECK(aeth_syndrome(ae) == AETH_ACK_UNLIMITED && aeth_msn(ae) == 1, "%s: AETH 0x%02x MSN %u",
+			      what, aeth_syndrome(ae), aeth_msn(ae));
+		}
+		off += want_len[i];
+	}
+
+	/* the next READ starts at PSN + 3; 5 bytes: ONLY with 3 pad bytes */
+	fake_sent_clear();
+	queue_read_req(r.qpn, RQ_PSN + 3, m.iova + 4000, m.mr->rkey, 5);
+	deliver();
+	check_nsent(1, "READ of 5 bytes");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_RESP_ONLY, RQ_PSN + 3, "READ ONLY response")) {
+		CHECK(pkt_paylen(p) == 5 && bth_pad(p->buf) == 3, "READ ONLY: %u bytes, pad %u", pkt_paylen(p),
+		      bth_pad(p->buf));
+		CHECK(!memcmp(pkt_payload(p), m.host + 4000, 5), "READ ONLY: wrong data");
+		CHECK(aeth_msn(p->buf + BTH_LEN) == 2, "READ ONLY: MSN %u", aeth_msn(p->buf + BTH_LEN));
+	}
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An atomic executes once and answers the original value (§6.3, §5.4). */
+static void test_resp_fetch_add(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct pkt pk;
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC))
+		goto out;
+	uint64_t v = 1000;
+	memcpy(m.host + 64, &v, 8);
+	uint8_t *h = pkt_begin(&pk, OP_RC_FETCH_ADD, r.qpn, true, RQ_PSN);
+	atmeth_set(h + BTH_LEN, m.iova + 64, m.mr->rkey, 5, 0);
+	pkt_queue(&pk, NULL, 0);
+	deliver();
+	memcpy(&v, m.host + 64, 8);
+	CHECK(v == 1005, "FETCH_ADD left %llu, expected 1005", (unsigned long long)v);
+	check_nsent(1, "FETCH_ADD");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_ATOMIC_ACK, RQ_PSN, "ATOMIC ACK")) {
+		CHECK(aeth_msn(p->buf + BTH_LEN) == 1, "ATOMIC ACK MSN %u", aeth_msn(p->buf + BTH_LEN));
+		CHECK(atmack_orig(p->buf + opinfo(OP_RC_ATOMIC_ACK)->off_atmack) == 1000, "ATOMIC ACK original value");
+	}
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A PSN gap: one sequence NAK of ePSN (§6.2, §5.4), the next packet out
+ * of order dropped silently; in-order packets resume, and a later gap is
+ * NAKed again. */
+static void test_resp_psn_gap(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[4][64];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	for (int i = 0; i < 4; i++)
+		pattern(d[i], 64, 20 + i);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 1, true, m.iova + 64, m.mr->rkey, 64, d[1], 64);
+	deliver();
+	check_nsent(1, "first packet after a gap");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_NAK_PSN_SEQ, 0, "sequence NAK");
+	fake_sent_clear();
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 2, true, m.iova + 128, m.mr->rkey, 64, d[2], 64);
+	deliver();
+	check_nsent(0, "second packet after the gap (one NAK per gap)");
+	CHECK(untouched(&m, 0, m.alloc), "out-of-order WRITEs changed memory");
+
+	/* go-back-N from the NAK's PSN */
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, 64, d[0], 64);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 1, true, m.iova + 64, m.mr->rkey, 64, d[1], 64);
+	deliver();
+	CHECK(!memcmp(m.host, d[0], 64) && !memcmp(m.host + 64, d[1], 64), "resent WRITEs in the MR");
+	CHECK(untouched(&m, 128, m.alloc - 128), "the dropped WRITE left no trace");
+	check_nsent(1, "resent WRITEs");
+	check_aeth(fake_sent(0), RQ_PSN + 1, AETH_ACK_UNLIMITED, 2, "ACK after the resend");
+
+	/* a new gap gets its own NAK */
+	fake_sent_clear();
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 3, true, m.iova + 192, m.mr->rkey, 64, d[3], 64);
+	deliver();
+	check_nsent(1, "a later gap");
+	check_aeth(fake_sent(0), RQ_PSN + 2, AETH_NAK_PSN_SEQ, 2, "second sequence NAK");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A packet whose ICRC does not match is dropped before anything else
+ * (§4): the crafted packets of this file are checked, not waved through. */
+static void test_resp_bad_icrc(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct pkt p;
+	uint8_t d[32];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 30);
+	uint8_t *h = pkt_begin(&p, OP_RC_WRITE_ONLY, r.qpn, true, RQ_PSN);
+	reth_set(h + BTH_LEN, m.iova, m.mr->rkey, sizeof(d));
+	pkt_queue_ex(&p, d, sizeof(d), true);
+	deliver();
+	check_nsent(0, "bad ICRC");
+	CHECK(untouched(&m, 0, m.alloc), "a packet with a bad ICRC changed memory");
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, sizeof(d), d, sizeof(d));
+	deliver();
+	CHECK(!memcmp(m.host, d, sizeof(d)), "the same WRITE with a good ICRC lands");
+	check_nsent(1, "good ICRC");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A duplicate SEND/WRITE is not executed again but re-ACKed with ePSN - 1,
+ * AckReq or not (§6.4). */
+static void test_resp_dup_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d1[64], d2[64];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d1, sizeof(d1), 80);
+	pattern(d2, sizeof(d2), 81);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, 64, d1, 64);
+	deliver();
+	check_nsent(1, "WRITE");
+	fake_sent_clear();
+	/* the same PSN with other bytes: if it were executed, they would show */
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, false, m.iova, m.mr->rkey, 64, d2, 64);
+	deliver();
+	CHECK(!memcmp(m.host, d1, 64), "a duplicate WRITE was executed again");
+	check_nsent(1, "duplicate WRITE without AckReq");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "re-ACK of the duplicate");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A duplicate READ is answered again from memory, a partial retry from
+ * its PSN with MIDDLE/LAST (§6.4). */
+static void test_resp_dup_read(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ))
+		goto out;
+	pattern(m.host, 4096, 82);
+	queue_read_req(r.qpn, RQ_PSN, m.iova, m.mr->rkey, 3000);
+	deliver();
+	check_nsent(3, "READ");
+	fake_sent_clear();
+	queue_read_req(r.qpn, RQ_PSN, m.iova, m.mr->rkey, 3000);
+	deliver();
+	check_nsent(3, "the whole READ again");
+	check_out(fake_sent(0), OP_RC_READ_RESP_FIRST, RQ_PSN, "replayed FIRST");
+	check_out(fake_sent(2), OP_RC_READ_RESP_LAST, RQ_PSN + 2, "replayed LAST");
+	fake_sent_clear();
+	queue_read_req(r.qpn, RQ_PSN + 1, m.iova + 1024, m.mr->rkey, 3000 - 1024);
+	deliver();
+	check_nsent(2, "READ retried from its 2nd response");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_RESP_MIDDLE, RQ_PSN + 1, "partial replay, 1st packet"))
+		CHECK(pkt_paylen(p) == 1024 && !memcmp(pkt_payload(p), m.host + 1024, 1024), "partial replay: MIDDLE data");
+	p = fake_sent(1);
+	if (check_out(p, OP_RC_READ_RESP_LAST, RQ_PSN + 2, "partial replay, 2nd packet"))
+		CHECK(pkt_paylen(p) == 952 && !memcmp(pkt_payload(p), m.host + 2048, 952), "partial replay: LAST data");
+	/* the requester's next new request is still expected at PSN + 3 */
+	fake_sent_clear();
+	queue_read_req(r.qpn, RQ_PSN + 3, m.iova, m.mr->rkey, 4);
+	deliver();
+	check_nsent(1, "READ after the replays");
+	check_out(fake_sent(0), OP_RC_READ_RESP_ONLY, RQ_PSN + 3, "READ after the replays");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A duplicate atomic is never executed twice: the saved ATOMIC ACK is
+ * sent again (§6.4). */
+static void test_resp_dup_atomic(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC))
+		goto out;
+	uint64_t v = 1000;
+	memcpy(m.host + 64, &v, 8);
+	for (int i = 0; i < 2; i++) {
+		struct pkt pk;
+		uint8_t *h = pkt_begin(&pk, OP_RC_FETCH_ADD, r.qpn, true, RQ_PSN);
+		atmeth_set(h + BTH_LEN, m.iova + 64, m.mr->rkey, 5, 0);
+		pkt_queue(&pk, NULL, 0);
+		fake_sent_clear();
+		deliver();
+		check_nsent(1, i ? "duplicate FETCH_ADD" : "FETCH_ADD");
+		const struct fake_pkt *p = fake_sent(0);
+		if (check_out(p, OP_RC_ATOMIC_ACK, RQ_PSN, i ? "replayed ATOMIC ACK" : "ATOMIC ACK"))
+			CHECK(atmack_orig(p->buf + BTH_LEN + AETH_LEN) == 1000, "ATOMIC ACK %d: original %llu", i,
+			      (unsigned long long)atmack_orig(p->buf + BTH_LEN + AETH_LEN));
+	}
+	memcpy(&v, m.host + 64, 8);
+	CHECK(v == 1005, "FETCH_ADD executed %s: %llu", v == 1010 ? "twice" : "wrongly", (unsigned long long)v);
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* RDMA WRITE with immediate: placed, and it consumes a receive that
+ * completes RECV_RDMA_WITH_IMM with the immediate and the length. */
+static void test_resp_write_imm(void)
+{
+	struct rig r;
+	struct mem m = { 0 }, rb = { 0 };
+	struct ibv_wc wc[2];
+	struct pkt pk;
+	uint8_t d[100];
+	const uint32_t imm = htobe32(0x11223344);
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) ||
+	    !mem_up(&rb, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	post_recv(&r, 0x5a, &rb, 0, 4096);
+	pattern(d, sizeof(d), 83);
+	uint8_t *h = pkt_begin(&pk, OP_RC_WRITE_ONLY_IMM, r.qpn, true, RQ_PSN);
+	reth_set(h + opinfo(OP_RC_WRITE_ONLY_IMM)->off_reth, m.iova + 8, m.mr->rkey, sizeof(d));
+	immdt_set_raw(h + opinfo(OP_RC_WRITE_ONLY_IMM)->off_imm, imm);
+	pkt_queue(&pk, d, sizeof(d));
+	deliver();
+	CHECK(!memcmp(m.host + 8, d, sizeof(d)), "WRITE with immediate placed");
+	CHECK(cq_take(r.rcq, wc, 2) == 1, "WRITE with immediate: not 1 receive completion");
+	check_wc(&wc[0], 0x5a, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, r.qpn, "WRITE with immediate");
+	CHECK(wc[0].byte_len == sizeof(d), "WRITE with immediate byte_len %u", wc[0].byte_len);
+	CHECK((wc[0].wc_flags & IBV_WC_WITH_IMM) && wc[0].imm_data == imm, "immediate 0x%x flags 0x%x",
+	      be32toh(wc[0].imm_data), wc[0].wc_flags);
+	CHECK(untouched(&rb, 0, rb.alloc), "WRITE with immediate wrote the receive buffer");
+	check_nsent(1, "WRITE with immediate");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the WRITE with immediate");
+out:
+	mem_down(&rb);
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* Requests the responder cannot make sense of: NAK invalid request (0x61)
+ * with the offending PSN, the QP in ERROR (§5.3, §7). */
+static void invalid_request(const char *what, uint8_t op, uint32_t paylen, bool post_small_recv)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[1024];
+
+	async_drain();
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	if (post_small_recv)
+		post_recv(&r, 0x5b, &m, 0, 64);
+	pattern(d, sizeof(d), 84);
+	queue_write(op, r.qpn, RQ_PSN, true, m.iova + 2048, m.mr->rkey, paylen, d, paylen);
+	deliver();
+	check_nsent(1, what);
+	check_aeth(fake_sent(0), RQ_PSN, AETH_NAK_INV_REQ, 0, what);
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "%s: QP not in ERROR", what);
+	if (post_small_recv) {
+		/* the receive that was too small completes with the error */
+		CHECK(cq_take(r.rcq, wc, 2) == 1, "%s: not 1 receive completion", what);
+		check_wc(&wc[0], 0x5b, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, r.qpn, what);
+	} else {
+		CHECK(untouched(&m, 0, m.alloc), "%s: memory changed", what);
+	}
+out:
+	mem_down(&m);
+	rig_down(&r);
+	async_drain();
+}
+
+static void test_resp_inv_req(void)
+{
+	invalid_request("WRITE MIDDLE without a FIRST", OP_RC_WRITE_MIDDLE, 1024, false);
+	invalid_request("WRITE FIRST shorter than the PMTU", OP_RC_WRITE_FIRST, 1000, false);
+	invalid_request("SEND longer than the receive", OP_RC_SEND_ONLY, 100, true);
+}
+
+/* A message may not start inside another (IBA 9.8.3.1): a SEND between a
+ * WRITE's FIRST and LAST is NAKed invalid request at its PSN. */
+static void test_resp_send_inside_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[1024];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	post_recv(&r, 0x5c, &m, 3072, 1024);
+	pattern(d, sizeof(d), 89);
+	queue_write(OP_RC_WRITE_FIRST, r.qpn, RQ_PSN, false, m.iova, m.mr->rkey, 2048, d, 1024);
+	queue_send(OP_RC_SEND_ONLY, r.qpn, RQ_PSN + 1, true, d, 16);
+	deliver();
+	check_nsent(1, "SEND inside a WRITE");
+	check_aeth(fake_sent(0), RQ_PSN + 1, AETH_NAK_INV_REQ, 0, "NAK of the SEND inside a WRITE");
+	CHECK(untouched(&m, 3072, 1024), "the SEND inside a WRITE was placed");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An ACK owed in a batch leaves before a NAK of a later packet of the
+ * same batch: the wire stays in PSN order (§6.5). */
+static void test_resp_ack_before_nak(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[64];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 85);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, 64, d, 64);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 2, true, m.iova + 64, m.mr->rkey, 64, d, 64);
+	deliver();
+	check_nsent(2, "WRITE and a WRITE after a gap in one batch");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK first");
+	check_aeth(fake_sent(1), RQ_PSN + 1, AETH_NAK_PSN_SEQ, 1, "then the sequence NAK");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* ============================================================ requester */
+
+/* 5000 bytes from two SGEs at PMTU 1024: FIRST, 3 MIDDLE, LAST with
+ * consecutive PSNs from sq_psn across the 24-bit wrap (§6.1), 4 x 1024 +
+ * 904 bytes, AckReq on the LAST (§6.5, §7). */
+static void test_req_send_segmented(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct conn c = conn_default;
+	struct ibv_wc wc[2];
+	static const uint8_t want_op[5] = { OP_RC_SEND_FIRST, OP_RC_SEND_MIDDLE, OP_RC_SEND_MIDDLE,
+					     OP_RC_SEND_MIDDLE, OP_RC_SEND_LAST };
+	uint8_t whole[5000];
+
+	c.sq_psn = 0xFFFFFE;
+	if (!rig_up_with(&r, &c) || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(m.host, 8192, 40);
+	struct ibv_sge sge[2] = {
+		{ m.iova, 3000, m.mr->lkey }, { m.iova + 4096, 2000, m.mr->lkey },
+	};
+	memcpy(whole, m.host, 3000);
+	memcpy(whole + 3000, m.host + 4096, 2000);
+	post_send(&r, 0x71, IBV_WR_SEND, sge, 2, 0, 0);
+	check_nsent(5, "5000-byte SEND");
+	uint32_t off = 0;
+	for (unsigned i = 0; i < 5 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		char what[32];
+		uint32_t want = i < 4 ? 1024 : 904;
+		snprintf(what, sizeof(what), "SEND packet %u", i);
+		if (!check_out(p, want_op[i], psn_add(c.sq_psn, i), what))
+			continue;
+		CHECK(pkt_paylen(p) == want, "%s: %u bytes, expected %u", what, pkt_paylen(p), want);
+		CHECK(!memcmp(pkt_payload(p), whole + off, want), "%s: wrong data", what);
+		/* AckReq elsewhere is the requester's policy; on the last it is a must */
+		if (i == 4)
+			CHECK(bth_ackreq(p->buf), "%s: no AckReq on the LAST", what);
+		off += want;
+	}
+	CHECK(cq_take(r.scq, wc, 2) == 0, "SEND completed before its ACK");
+	queue_resp(OP_RC_ACK, r.qpn, psn_add(c.sq_psn, 4), AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "one send completion after the ACK");
+	check_wc(&wc[0], 0x71, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "5000-byte SEND");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An RDMA WRITE: the RETH (va, rkey, whole length) on the FIRST only (§7);
+ * the LAST pads to 4 bytes with zeros. */
+static void test_req_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	static const uint8_t want_op[3] = { OP_RC_WRITE_FIRST, OP_RC_WRITE_MIDDLE, OP_RC_WRITE_LAST };
+	static const uint32_t want_len[3] = { 1024, 1024, 454 };
+	const uint64_t raddr = 0x123456789abc0ull;
+	const uint32_t rkey = 0xcafebabe;
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(m.host, 4096, 41);
+	struct ibv_sge sge = { m.iova, 2502, m.mr->lkey };
+	post_send(&r, 0x72, IBV_WR_RDMA_WRITE, &sge, 1, raddr, rkey);
+	check_nsent(3, "2502-byte WRITE");
+	uint32_t off = 0;
+	for (unsigned i = 0; i < 3 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		char what[32];
+		snprintf(what, sizeof(what), "WRITE packet %u", i);
+		if (!check_out(p, want_op[i], SQ_PSN + i, what))
+			continue;
+		/* the length says whether a RETH is there: BTH (+ RETH) + data + pad + ICRC */
+		uint32_t hl = i == 0 ? BTH_LEN + RETH_LEN : BTH_LEN;
+		CHECK(p->len == hl + want_len[i] + pad_for(want_len[i]) + ICRC_LEN, "%s: %u bytes on the wire", what,
+		      p->len);
+		CHECK(pkt_paylen(p) == want_len[i], "%s: %u payload bytes", what, pkt_paylen(p));
+		CHECK(!memcmp(pkt_payload(p), m.host + off, want_len[i]), "%s: wrong data", what);
+		if (i == 0) {
+			const uint8_t *reth = p->buf + BTH_LEN;
+			CHECK(reth_va(reth) == raddr && reth_rkey(reth) == rkey && reth_len(reth) == 2502,
+			      "%s: RETH va 0x%llx rkey 0x%x len %u", what, (unsigned long long)reth_va(reth),
+			      reth_rkey(reth), reth_len(reth));
+		}
+		if (i == 2) {
+			CHECK(bth_pad(p->buf) == 2, "%s: pad %u, expected 2", what, bth_pad(p->buf));
+			CHECK(p->buf[p->len - ICRC_LEN - 1] == 0 && p->buf[p->len - ICRC_LEN - 2] == 0,
+			      "%s: pad bytes not zero", what);
+			CHECK(bth_ackreq(p->buf), "%s: no AckReq on the LAST", what);
+		}
+		off += want_len[i];
+	}
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* The cut follows the QP's path MTU: §7's example v15, 600 bytes at 256
+ * -> FIRST 256 (RETH length 600), MIDDLE 256, LAST 88. */
+static void test_req_write_mtu256(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct conn c = conn_default;
+	static const uint8_t want_op[3] = { OP_RC_WRITE_FIRST, OP_RC_WRITE_MIDDLE, OP_RC_WRITE_LAST };
+	static const uint32_t want_len[3] = { 256, 256, 88 };
+
+	c.mtu = IBV_MTU_256;
+	if (!rig_up_with(&r, &c) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(m.host, 4096, 42);
+	struct ibv_sge sge = { m.iova, 600, m.mr->lkey };
+	post_send(&r, 0x76, IBV_WR_RDMA_WRITE, &sge, 1, 0x4000, 0x55);
+	check_nsent(3, "600-byte WRITE at PMTU 256");
+	uint32_t off = 0;
+	for (unsigned i = 0; i < 3 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		if (!check_out(p, want_op[i], SQ_PSN + i, "WRITE at PMTU 256"))
+			continue;
+		CHECK(pkt_paylen(p) == want_len[i] && !memcmp(pkt_payload(p), m.host + off, want_len[i]),
+		      "WRITE at PMTU 256, packet %u: %u bytes", i, pkt_paylen(p));
+		off += want_len[i];
+	}
+	if (fake_sent_count())
+		CHECK(reth_len(fake_sent(0)->buf + BTH_LEN) == 600, "RETH length %u",
+		      reth_len(fake_sent(0)->buf + BTH_LEN));
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An RDMA READ: one READ request with the RETH and no payload, and it
+ * consumes one PSN per response packet (§6.3). */
+static void test_req_read(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	const uint64_t raddr = 0xabcdef000ull;
+	const uint32_t rkey = 0x1234;
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, 3000, m.mr->lkey };
+	post_send(&r, 0x73, IBV_WR_RDMA_READ, &sge, 1, raddr, rkey);
+	check_nsent(1, "READ");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_REQUEST, SQ_PSN, "READ request")) {
+		const uint8_t *reth = p->buf + BTH_LEN;
+		CHECK(p->len == BTH_LEN + RETH_LEN + ICRC_LEN, "READ request: %u bytes", p->len);
+		CHECK(reth_va(reth) == raddr && reth_rkey(reth) == rkey && reth_len(reth) == 3000,
+		      "READ request RETH va 0x%llx rkey 0x%x len %u", (unsigned long long)reth_va(reth),
+		      reth_rkey(reth), reth_len(reth));
+	}
+	CHECK(untouched(&m, 0, m.alloc), "READ wrote its buffer before any response");
+	fake_sent_clear();
+	struct ibv_sge s2 = { m.iova + 3000, 8, m.mr->lkey };
+	post_send(&r, 0x74, IBV_WR_SEND, &s2, 1, 0, 0);
+	check_nsent(1, "SEND after the READ");
+	check_out(fake_sent(0), OP_RC_SEND_ONLY, SQ_PSN + 3, "SEND after a 3-packet READ");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* At most UROCE_WINDOW (128, rxe's limit, §6.2) packets unacknowledged:
+ * a 200-packet SEND stops at 128, an ACK of 64 lets 64 more go. */
+static void test_req_window(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	const uint32_t len = 200 * 1024;
+
+	if (!rig_up(&r) || !mem_up(&m, len, len, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, len, m.mr->lkey };
+	post_send(&r, 0x75, IBV_WR_SEND, &sge, 1, 0, 0);
+	check_nsent(128, "200-packet SEND, window 128");
+	bool in_order = true;
+	for (unsigned i = 0; i < fake_sent_count(); i++)
+		in_order &= bth_psn(fake_sent(i)->buf) == SQ_PSN + i;
+	CHECK(in_order, "window: PSNs not consecutive");
+	fake_sent_clear();
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 63, AETH_ACK_UNLIMITED, 0, NULL, 0);
+	deliver();
+	check_nsent(64, "after an ACK of 64 packets");
+	if (fake_sent_count())
+		check_out(fake_sent(0), OP_RC_SEND_MIDDLE, SQ_PSN + 128, "first packet the ACK let go");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* ============================================================ completer */
+
+/* Three SENDs of 100 bytes each, signaled; returns their PSNs. */
+static bool send_three(struct rig *r, struct mem *m, uint64_t wr_base, uint32_t psn[3])
+{
+	for (int i = 0; i < 3; i++) {
+		struct ibv_sge sge = { m->iova + 100 * i, 100, m->mr->lkey };
+		if (post_send(r, wr_base + i, IBV_WR_SEND, &sge, 1, 0, 0))
+			return false;
+	}
+	check_nsent(3, "three SENDs");
+	for (unsigned i = 0; i < 3; i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		if (!check_out(p, OP_RC_SEND_ONLY, SQ_PSN + i, "SEND of three"))
+			return false;
+		psn[i] = bth_psn(p->buf);
+	}
+	fake_sent_clear();
+	return true;
+}
+
+/* An ACK completes exactly the WQEs up to its PSN, in order (§6.5); an
+ * old ACK is a duplicate (§6.6). */
+static void test_comp_ack(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint32_t psn[3];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) || !send_three(&r, &m, 0x81, psn))
+		goto out;
+	queue_resp(OP_RC_ACK, r.qpn, psn[1], AETH_ACK_UNLIMITED, 2, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 2, "ACK of the 2nd SEND: not 2 completions");
+	check_wc(&wc[0], 0x81, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "1st SEND");
+	check_wc(&wc[1], 0x82, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "2nd SEND");
+	check_nsent(0, "after a plain ACK");
+	queue_resp(OP_RC_ACK, r.qpn, psn[2], AETH_ACK_UNLIMITED, 3, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 1, "ACK of the 3rd SEND: not 1 completion");
+	check_wc(&wc[0], 0x83, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "3rd SEND");
+	queue_resp(OP_RC_ACK, r.qpn, psn[1], AETH_ACK_UNLIMITED, 2, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 0, "a duplicate ACK completed something");
+	check_nsent(0, "after a duplicate ACK");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An ACK of a middle packet of a message acknowledges it only partly:
+ * nothing completes until its LAST is ACKed (§6.5). */
+static void test_comp_partial_ack(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, 2500, m.mr->lkey };
+	post_send(&r, 0x89, IBV_WR_SEND, &sge, 1, 0, 0);
+	check_nsent(3, "3-packet SEND");
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 1, AETH_ACK_UNLIMITED, 0, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 0, "an ACK of the 2nd of 3 packets completed the SEND");
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 2, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "ACK of the LAST: not 1 completion");
+	check_wc(&wc[0], 0x89, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "3-packet SEND");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* NAK remote access error (§5.3): the WQE it names completes with
+ * REM_ACCESS_ERR, the QP enters ERROR and the rest are flushed; the
+ * PSNs before the NAK's are acknowledged by it (§6.5). */
+static void nak_access(unsigned nak_at, uint64_t wr_base)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint32_t psn[3];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) || !send_three(&r, &m, wr_base, psn))
+		goto out;
+	queue_resp(OP_RC_ACK, r.qpn, psn[nak_at], AETH_NAK_REM_ACCESS, nak_at, NULL, 0);
+	deliver();
+	int n = cq_take(r.scq, wc, 4);
+	CHECK(n == 3, "NAK: %d completions, expected 3", n);
+	for (unsigned i = 0; i < 3 && i < (unsigned)n; i++) {
+		enum ibv_wc_status st = i < nak_at ? IBV_WC_SUCCESS : i == nak_at ? IBV_WC_REM_ACCESS_ERR
+										  : IBV_WC_WR_FLUSH_ERR;
+		check_wc(&wc[i], wr_base + i, st, IBV_WC_SEND, r.qpn, "after NAK remote access");
+	}
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "requester QP not in ERROR after the NAK");
+	check_nsent(0, "after a NAK remote access");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+static void test_comp_nak_access_oldest(void) { nak_access(0, 0x91); }
+static void test_comp_nak_access_second(void) { nak_access(1, 0xa1); }
+
+/* NAK sequence error (§6.6): what is before it completes, the rest goes
+ * again from the NAK's PSN, in order. */
+static void test_comp_seq_nak(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint32_t psn[3];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) || !send_three(&r, &m, 0xb1, psn))
+		goto out;
+	pattern(m.host, 4096, 50);  /* the resend reads the buffers again */
+	queue_resp(OP_RC_ACK, r.qpn, psn[1], AETH_NAK_PSN_SEQ, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 1, "sequence NAK: not 1 completion");
+	check_wc(&wc[0], 0xb1, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "SEND before the NAK");
+	check_nsent(2, "go-back-N after a sequence NAK");
+	for (unsigned i = 0; i < 2 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		if (check_out(p, OP_RC_SEND_ONLY, psn[1 + i], "resent SEND"))
+			CHECK(pkt_paylen(p) == 100 && !memcmp(pkt_payload(p), m.host + 100 * (1 + i), 100),
+			      "resent SEND %u: wrong data", i);
+	}
+	queue_resp(OP_RC_ACK, r.qpn, psn[2], AETH_ACK_UNLIMITED, 3, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 2, "ACK after the resend: not 2 completions");
+	check_wc(&wc[0], 0xb2, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "resent 2nd SEND");
+	check_wc(&wc[1], 0xb3, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "resent 3rd SEND");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* READ responses are placed in the local buffer in order; the READ
+ * completes with the LAST, with its length. */
+static void test_comp_read_response(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[3000];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova + 32, sizeof(d), m.mr->lkey };
+	post_send(&r, 0xc1, IBV_WR_RDMA_READ, &sge, 1, 0x5000, 0x99);
+	check_nsent(1, "READ request");
+	if (!check_out(fake_sent(0), OP_RC_READ_REQUEST, SQ_PSN, "READ request"))
+		goto out;
+	uint32_t psn = bth_psn(fake_sent(0)->buf);
+	pattern(d, sizeof(d), 51);
+	queue_resp(OP_RC_READ_RESP_FIRST, r.qpn, psn, AETH_ACK_UNLIMITED, 1, d, 1024);
+	queue_resp(OP_RC_READ_RESP_MIDDLE, r.qpn, psn + 1, 0, 0, d + 1024, 1024);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 0, "READ completed before its LAST response");
+	CHECK(!memcmp(m.host + 32, d, 2048), "FIRST and MIDDLE responses placed");
+	queue_resp(OP_RC_READ_RESP_LAST, r.qpn, psn + 2, AETH_ACK_UNLIMITED, 1, d + 2048, 952);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "READ: not 1 completion after the LAST");
+	check_wc(&wc[0], 0xc1, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "READ");
+	CHECK(wc[0].byte_len == sizeof(d), "READ byte_len %u", wc[0].byte_len);
+	CHECK(!memcmp(m.host + 32, d, sizeof(d)), "READ data in the local buffer");
+	CHECK(untouched(&m, 0, 32) && untouched(&m, 32 + sizeof(d), m.alloc - 32 - sizeof(d)),
+	      "READ wrote outside its buffer");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A FETCH_ADD: the request carries the AtomicETH; the ATOMIC ACK's
+ * original value lands in the local 8 bytes (§2.2, §6.3). */
+static void test_comp_atomic(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	struct pkt pk;
+	const uint64_t orig = 0x0123456789abcdefull;
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova + 16, 8, m.mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 0xd1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	wr.wr.atomic.remote_addr = 0x10000;
+	wr.wr.atomic.rkey = 0x77;
+	wr.wr.atomic.compare_add = 5;
+	CHECK(uroce_post_send(r.qp, &wr, &bad) == 0, "post FETCH_ADD");
+	check_nsent(1, "FETCH_ADD");
+	const struct fake_pkt *p = fake_sent(0);
+	if (!check_out(p, OP_RC_FETCH_ADD, SQ_PSN, "FETCH_ADD request"))
+		goto out;
+	const uint8_t *ae = p->buf + BTH_LEN;
+	CHECK(atmeth_va(ae) == 0x10000 && atmeth_rkey(ae) == 0x77 && atmeth_swap_add(ae) == 5,
+	      "FETCH_ADD AtomicETH va 0x%llx rkey 0x%x add %llu", (unsigned long long)atmeth_va(ae), atmeth_rkey(ae),
+	      (unsigned long long)atmeth_swap_add(ae));
+	CHECK(p->len == BTH_LEN + ATMETH_LEN + ICRC_LEN, "FETCH_ADD request: %u bytes", p->len);
+	uint8_t *h = pkt_begin(&pk, OP_RC_ATOMIC_ACK, r.qpn, false, bth_psn(p->buf));
+	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, 1);
+	atmack_set(h + BTH_LEN + AETH_LEN, orig);
+	pkt_queue(&pk, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "FETCH_ADD: not 1 completion");
+	check_wc(&wc[0], 0xd1, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD, r.qpn, "FETCH_ADD");
+	CHECK(wc[0].byte_len == 8, "FETCH_ADD byte_len %u", wc[0].byte_len);
+	uint64_t got;
+	memcpy(&got, m.host + 16, 8);
+	CHECK(got == orig, "FETCH_ADD original value 0x%llx in the local buffer", (unsigned long long)got);
+	CHECK(untouched(&m, 0, 16) && untouched(&m, 24, m.alloc - 24), "FETCH_ADD wrote outside its 8 bytes");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A response for a PSN never sent is ignored (§6.6). */
+static void test_comp_ack_beyond(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint32_t psn[3];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) || !send_three(&r, &m, 0x85, psn))
+		goto out;
+	queue_resp(OP_RC_ACK, r.qpn, psn[2] + 10, AETH_ACK_UNLIMITED, 3, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 0, "an ACK beyond anything sent completed something");
+	check_nsent(0, "after an ACK beyond anything sent");
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "an ACK beyond anything sent changed the state");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* Implied NAK (§6.6): an ACK past a READ that got no response means the
+ * response was lost -- the READ is asked again, and what follows it. */
+static void test_comp_implied_nak(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	uint8_t d[3000];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge s1 = { m.iova, 3000, m.mr->lkey }, s2 = { m.iova + 3000, 8, m.mr->lkey };
+	post_send(&r, 0xc5, IBV_WR_RDMA_READ, &s1, 1, 0x5000, 0x99);
+	post_send(&r, 0xc6, IBV_WR_SEND, &s2, 1, 0, 0);
+	check_nsent(2, "READ and SEND");
+	fake_sent_clear();
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 3, AETH_ACK_UNLIMITED, 2, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 0, "implied NAK: something completed");
+	check_nsent(2, "go-back-N from the READ");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_REQUEST, SQ_PSN, "READ asked again"))
+		CHECK(reth_va(p->buf + BTH_LEN) == 0x5000 && reth_len(p->buf + BTH_LEN) == 3000,
+		      "READ asked again: va 0x%llx len %u", (unsigned long long)reth_va(p->buf + BTH_LEN),
+		      reth_len(p->buf + BTH_LEN));
+	check_out(fake_sent(1), OP_RC_SEND_ONLY, SQ_PSN + 3, "SEND after the READ sent again");
+	pattern(d, sizeof(d), 86);
+	queue_resp(OP_RC_READ_RESP_FIRST, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, d, 1024);
+	queue_resp(OP_RC_READ_RESP_MIDDLE, r.qpn, SQ_PSN + 1, 0, 0, d + 1024, 1024);
+	queue_resp(OP_RC_READ_RESP_LAST, r.qpn, SQ_PSN + 2, AETH_ACK_UNLIMITED, 1, d + 2048, 952);
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 3, AETH_ACK_UNLIMITED, 2, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 2, "READ and SEND: not 2 completions");
+	check_wc(&wc[0], 0xc5, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "READ after the implied NAK");
+	check_wc(&wc[1], 0xc6, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "SEND after the implied NAK");
+	CHECK(!memcmp(m.host, d, sizeof(d)), "READ data after the implied NAK");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A READ response missing: the rest is asked for again from the gap,
+ * with the RETH advanced (§6.4, §6.6), and the READ completes whole. */
+static void test_comp_read_gap(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[3000];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, sizeof(d), m.mr->lkey };
+	post_send(&r, 0xc9, IBV_WR_RDMA_READ, &sge, 1, 0x5000, 0x99);
+	fake_sent_clear();
+	pattern(d, sizeof(d), 87);
+	queue_resp(OP_RC_READ_RESP_FIRST, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, d, 1024);
+	queue_resp(OP_RC_READ_RESP_LAST, r.qpn, SQ_PSN + 2, AETH_ACK_UNLIMITED, 1, d + 2048, 952);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 0, "READ completed with a response missing");
+	check_nsent(1, "READ asked again from the gap");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_REQUEST, SQ_PSN + 1, "READ asked from the gap"))
+		CHECK(reth_va(p->buf + BTH_LEN) == 0x5000 + 1024 && reth_len(p->buf + BTH_LEN) == 3000 - 1024 &&
+		      reth_rkey(p->buf + BTH_LEN) == 0x99, "READ from the gap: va 0x%llx len %u",
+		      (unsigned long long)reth_va(p->buf + BTH_LEN), reth_len(p->buf + BTH_LEN));
+	queue_resp(OP_RC_READ_RESP_MIDDLE, r.qpn, SQ_PSN + 1, 0, 0, d + 1024, 1024);
+	queue_resp(OP_RC_READ_RESP_LAST, r.qpn, SQ_PSN + 2, AETH_ACK_UNLIMITED, 1, d + 2048, 952);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "READ: not 1 completion after the retry");
+	check_wc(&wc[0], 0xc9, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "READ after a gap");
+	CHECK(!memcmp(m.host, d, sizeof(d)), "READ data after a gap");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* ============================================================ timers */
+
+/* The local ACK timer (§6.6): the unacknowledged packet goes again with
+ * AckReq; with retry_cnt spent the WQE completes RETRY_EXC_ERR. */
+static void test_timer_retry(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct conn c = conn_default;
+	struct ibv_wc wc[2];
+
+	c.retry_cnt = 1;
+	if (!rig_up_with(&r, &c) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(m.host, 4096, 60);
+	struct ibv_sge sge = { m.iova, 100, m.mr->lkey };
+	post_send(&r, 0xe1, IBV_WR_SEND, &sge, 1, 0, 0);
+	check_nsent(1, "SEND");
+	fake_sent_clear();
+	fire_timers(&r, now_ns() + 1000000000ull);
+	check_nsent(1, "ACK timeout");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_SEND_ONLY, SQ_PSN, "SEND resent at the timeout")) {
+		CHECK(bth_ackreq(p->buf), "the resent SEND does not ask for an ACK");
+		CHECK(pkt_paylen(p) == 100 && !memcmp(pkt_payload(p), m.host, 100), "resent SEND: wrong data");
+	}
+	CHECK(cq_take(r.scq, wc, 2) == 0, "a completion after one timeout of retry_cnt 1");
+	fake_sent_clear();
+	fire_timers(&r, now_ns() + 2000000000ull);
+	check_nsent(0, "timeout with retry_cnt spent");
+	CHECK(cq_take(r.scq, wc, 2) == 1, "retries spent: not 1 completion");
+	check_wc(&wc[0], 0xe1, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND, r.qpn, "SEND out of retries");
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "QP not in ERROR after RETRY_EXC_ERR");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* An RNR NAK (§5.2): nothing goes again until its timer, then the NAKed
+ * PSN does; nothing completes meanwhile. */
+static void test_timer_rnr(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, 100, m.mr->lkey };
+	post_send(&r, 0xf1, IBV_WR_SEND, &sge, 1, 0, 0);
+	fake_sent_clear();
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_RNR_NAK | 1, 0, NULL, 0);
+	deliver();
+	check_nsent(0, "right after an RNR NAK");
+	CHECK(cq_take(r.scq, wc, 2) == 0, "a completion after an RNR NAK");
+	/* after the RNR wait (code 1: 10 us), before the ACK timer (67 ms at
+	 * timeout 14) and the RTO floor (10 ms): only the RNR timer resends */
+	fire_timers(&r, now_ns() + 1000000ull);
+	check_nsent(1, "RNR timer");
+	check_out(fake_sent(0), OP_RC_SEND_ONLY, SQ_PSN, "SEND resent after the RNR wait");
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "ACK after the RNR retry: not 1 completion");
+	check_wc(&wc[0], 0xf1, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "SEND after an RNR retry");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* ============================================================ both ends */
+
+/* Requester and responder on one device, the captured packets fed back:
+ * a WRITE of 3 packets lands and its ACK completes it. */
+static void test_loopback_write(void)
+{
+	struct rig a, b;
+	struct mem src = { 0 }, dst = { 0 };
+	struct ibv_wc wc[2];
+
+	memset(&b, 0, sizeof(b));
+	if (!rig_create(&a) || !rig_create(&b))
+		goto out;
+	struct conn ca = conn_default, cb = conn_default;
+	ca.dgid = cb.dgid = local_gid;
+	ca.dqpn = b.qpn;
+	cb.dqpn = a.qpn;
+	ca.sq_psn = cb.rq_psn = 0x777;
+	if (!rig_connect(&a, &ca) || !rig_connect(&b, &cb))
+		goto out;
+	if (!mem_up(&src, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) ||
+	    !mem_up(&dst, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(src.host, 4096, 70);
+	struct ibv_sge sge = { src.iova, 2600, src.mr->lkey };
+	post_send(&a, 0x101, IBV_WR_RDMA_WRITE, &sge, 1, dst.iova + 100, dst.mr->rkey);
+	check_nsent(3, "loopback WRITE");
+	unsigned n = fake_sent_count();
+	for (unsigned i = 0; i < n; i++)
+		fake_rx_queue_sent(fake_sent(i));
+	fake_sent_clear();
+	deliver();
+	CHECK(!memcmp(dst.host + 100, src.host, 2600), "loopback WRITE bytes in the target MR");
+	CHECK(untouched(&dst, 0, 100) && untouched(&dst, 2700, dst.alloc - 2700), "loopback WRITE outside its range");
+	check_nsent(1, "responder's ACK");
+	const struct fake_pkt *ack = fake_sent(0);
+	if (ack) {
+		CHECK(bth_opcode(ack->buf) == OP_RC_ACK && bth_qpn(ack->buf) == a.qpn && bth_psn(ack->buf) == 0x779,
+		      "loopback ACK: opcode 0x%02x QP 0x%x PSN 0x%x", bth_opcode(ack->buf), bth_qpn(ack->buf),
+		      bth_psn(ack->buf));
+		CHECK(pkt_icrc_ok(ack), "loopback ACK: bad ICRC");
+		fake_rx_queue_sent(ack);
+		fake_sent_clear();
+		deliver();
+	}
+	CHECK(cq_take(a.scq, wc, 2) == 1, "loopback WRITE: not 1 completion");
+	check_wc(&wc[0], 0x101, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, a.qpn, "loopback WRITE");
+	check_nsent(0, "after the loopback ACK");
+out:
+	mem_down(&src);
+	mem_down(&dst);
+	rig_down(&a);
+	rig_down(&b);
+}
+
+/* ------------------------------------------------------------ main */
+
+static bool setup(void)
+{
+	/* GID 0 for the fake (it has no automatic address); no same-host
+	 * rings; ACK deferral off, so that an owed ACK leaves at the end of
+	 * transport_rx_batch instead of waiting for a request to ride with
+	 * (transport/ack.c, ack_defer) */
+	setenv("UROCE_ADDR", "198.18.0.1", 1);
+	setenv("UROCE_SHM", "0", 1);
+	setenv("UROCE_ACK_DEFER_US", "0", 1);
+	setenv("UROCE_MTU", "4096", 1);
+	setenv("UROCE_RTO_MIN_US", "10000", 1);
+	static const char *const unset[] = { "UROCE_WINDOW", "UROCE_FAULT_DROP_TX", "UROCE_FAULT_DROP_RX",
+					     "UROCE_PCAP", "UROCE_NO_GSO" };
+	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
+		unsetenv(unset[i]);
+
+	dev = uroce_dev_open(&fake_net_ops, false);
+	if (!dev) {
+		perror("uroce_dev_open");
+		return false;
+	}
+	if (dev->cfg.ngids < 1 || memcmp(dev->cfg.gids[0], local_gid, 16)) {
+		fprintf(stderr, "GID 0 is not ::ffff:198.18.0.1\n");
+		return false;
+	}
+	uctx.dev = dev;
+	ctx = &uctx.vctx.context;
+	ctx->async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	pthread_mutex_init(&uctx.async_lock, NULL);
+	pd = uroce_alloc_pd(ctx);
+	return ctx->async_fd >= 0 && pd;
+}
+
+static void teardown(void)
+{
+	if (pd)
+		CHECK(uroce_dealloc_pd(pd) == 0, "dealloc PD");
+	free(uctx.async_q);
+	pthread_mutex_destroy(&uctx.async_lock);
+	pthread_mutex_destroy(&ctx->mutex);
+	close(ctx->async_fd);
+	uroce_dev_close(dev);
+}
+
+int main(void)
+{
+	static const struct { const char *name; void (*fn)(void); } tests[] = {
+		{ "responder: WRITE ONLY lands, one coalesced ACK per batch", test_resp_write_only },
+		{ "responder: WRITE FIRST/MIDDLE/LAST lands, ACK of the LAST", test_resp_write_multi },
+		{ "responder: WRITE with a bad rkey is NAKed 0x62", test_resp_write_bad_rkey },
+		{ "responder: WRITE past the MR's end is NAKed 0x62", test_resp_write_past_end },
+		{ "responder: WRITE to an MR without remote write is NAKed 0x62", test_resp_write_no_permission },
+		{ "responder: WRITE one byte past the MR's end is NAKed 0x62", test_resp_write_one_past_end },
+		{ "responder: WRITE FIRST of a message past the end is NAKed", test_resp_write_reth_past_end },
+		{ "responder: WRITE up to the MR's last byte lands", test_resp_write_to_end },
+		{ "responder: SEND lands in the posted receive", test_resp_send },
+		{ "responder: SEND without a receive gets an RNR NAK", test_resp_send_rnr },
+		{ "responder: READ answered at the path MTU", test_resp_read },
+		{ "responder: FETCH_ADD executes and answers the original", test_resp_fetch_add },
+		{ "responder: one sequence NAK per PSN gap", test_resp_psn_gap },
+		{ "responder: bad ICRC dropped", test_resp_bad_icrc },
+		{ "responder: duplicate WRITE re-ACKed, not executed", test_resp_dup_write },
+		{ "responder: duplicate READ answered again, partly too", test_resp_dup_read },
+		{ "responder: duplicate FETCH_ADD answered, not executed", test_resp_dup_atomic },
+		{ "responder: WRITE with immediate consumes a receive", test_resp_write_imm },
+		{ "responder: invalid requests NAKed 0x61", test_resp_inv_req },
+		{ "responder: SEND inside a WRITE NAKed 0x61", test_resp_send_inside_write },
+		{ "responder: owed ACK leaves before a NAK", test_resp_ack_before_nak },
+		{ "requester: 5000-byte SEND segmented at MTU 1024", test_req_send_segmented },
+		{ "requester: WRITE carries its RETH on the FIRST only", test_req_write },
+		{ "requester: WRITE cut at the QP's path MTU 256", test_req_write_mtu256 },
+		{ "requester: READ request with RETH, PSNs per response", test_req_read },
+		{ "requester: 128 packets unacknowledged at most", test_req_window },
+		{ "completer: ACK completes exactly the WQEs it covers", test_comp_ack },
+		{ "completer: ACK of part of a message completes nothing", test_comp_partial_ack },
+		{ "completer: NAK remote access on the oldest, rest flushed", test_comp_nak_access_oldest },
+		{ "completer: NAK remote access on the 2nd, 1st acknowledged", test_comp_nak_access_second },
+		{ "completer: sequence NAK goes back N", test_comp_seq_nak },
+		{ "completer: READ responses placed, READ completes", test_comp_read_response },
+		{ "completer: ATOMIC ACK completes FETCH_ADD with the original", test_comp_atomic },
+		{ "completer: ACK beyond anything sent ignored", test_comp_ack_beyond },
+		{ "completer: ACK past an unanswered READ asks it again", test_comp_implied_nak },
+		{ "completer: missing READ response asked again from the gap", test_comp_read_gap },
+		{ "timers: ACK timeout resends, then RETRY_EXC_ERR", test_timer_retry },
+		{ "timers: RNR NAK waits for its timer", test_timer_rnr },
+		{ "both: captured WRITE fed back lands, its ACK completes it", test_loopback_write },
+	};
+	int failed_tests = 0;
+
+	if (!setup())
+		return 1;
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		test_failures = 0;
+		fake_sent_clear();
+		tests[i].fn();
+		if (fake_rx_pending()) {
+			CHECK(0, "%u queued packets never received", fake_rx_pending());
+			deliver();
+		}
+		printf("%s - %s\n", test_failures ? "not ok" : "ok", tests[i].name);
+		failed_tests += test_failures != 0;
+	}
+	teardown();
+	printf("%d checks, %d failed, %d of %zu tests failed\n", checks, failures, failed_tests,
+	       sizeof(tests) / sizeof(tests[0]));
+	return failures != 0;
+}
