@@ -1,6 +1,7 @@
 /* The verbs surface: every libibverbs entry point an application reaches
  * (exported functions, context->ops, the verbs_context extended ops), as a
- * thin layer over core/.  See shared/docs/verbs-abi.md for why each exists.
+ * thin layer over exec/, obj/ and sq/.  See shared/docs/verbs-abi.md for
+ * why each exists.
  *
  * Error convention (rdma-core): int-returning verbs return a positive errno;
  * pointer-returning ones return NULL and set errno. */

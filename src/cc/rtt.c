@@ -8,9 +8,9 @@
  * keeps those rare.
  * It is armed only where it can help: on a path whose round trip is not a
  * same-host one (srtt >= RTO_PATH_NS), or for a second after a loss signal.
- * On a loss-free loopback the timer would only ever fire on host stalls, and
- * arming it costs: engine timer wake-ups every 10 ms took ~10% off
- * ib_atomic_bw on this 2-core VM (measured; every 1 ms, 7x on ib_send_lat). */
+ * On a loss-free loopback the timer would only ever fire on host stalls,
+ * yet its deadlines wake the engine, and those wake-ups cost the
+ * applications throughput and latency (figures: bench/README.md). */
 #define RTO_PATH_NS 500000ull
 #define RTO_AFTER_LOSS_NS 1000000000ull
 

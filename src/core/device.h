@@ -32,7 +32,7 @@ struct uroce_engine {
 };
 
 struct uroce_dev {
-	pthread_mutex_t lock;          /* refcnt, qp_list, object counts */
+	pthread_mutex_t lock;          /* qp_list, object counts (refcnt: dev_global_lock) */
 	int refcnt;
 	struct uroce_config cfg;
 	struct uroce_net *net;

@@ -33,8 +33,8 @@
  * threads are runnable than there are CPUs (the "running" field of
  * /proc/loadavg counts this one too).  Spinning when they are oversubscribed
  * stalls someone: a real-time spinner pushes a polling application off its
- * CPU, and an idle-class one starves (seen: ib_write_lat 1 MiB, both
- * applications spinning, ACK timeouts until RETRY_EXC).  0.4 us a look. */
+ * CPU, and an idle-class one starves, long enough for the peer's ACK timer
+ * to give up (SPARE_LOOK_NS says how often this is asked). */
 static bool cpu_to_spare(struct uroce_dev *dev)
 {
 	char buf[128];
@@ -53,11 +53,11 @@ static bool cpu_to_spare(struct uroce_dev *dev)
 }
 
 /* A real-time engine spins as an ordinary thread.  Spinning as SCHED_FIFO,
- * it keeps any ordinary thread the scheduler puts on its CPU from running
- * until the spin ends: ib_read_lat's client thread, moved there, found its
- * READ response 50-140 us late in ~1% of iterations (rdtsc on both ends).
- * It sleeps real-time again, to wake within microseconds.  A switch is a
- * system call, made when a spin begins and before a sleep only. */
+ * it keeps any ordinary thread the scheduler puts on its CPU -- a polling
+ * application moved there -- from running until the spin ends (figures in
+ * bench/README.md).  It sleeps real-time again, to wake within microseconds.
+ * A switch is a system call, made when a spin begins and before a sleep
+ * only. */
 static void engine_spin_fair(struct uroce_dev *dev, bool fair)
 {
 	if (!dev->eng.rt || dev->eng.fair == fair)
@@ -187,10 +187,10 @@ static void *engine_main(void *arg)
 			}
 			if (spare) {
 				/* an ordinary thread now, it lets one that the
-				 * scheduler put on its CPU run now and then: the
-				 * ib_read_lat client, else stalled up to the spin
-				 * (p99 ~60 us); a yield per round cost 0.15 us of
-				 * median, one per 16 rounds nothing measurable */
+				 * scheduler put on its CPU run now and then (else
+				 * that one waits for the whole spin); a yield every
+				 * round would cost the spin's own latency, hence
+				 * one per SPIN_YIELD_ROUNDS */
 				engine_spin_fair(dev, true);
 				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0)
 					sched_yield();

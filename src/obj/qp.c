@@ -1,5 +1,5 @@
-/* Queue pairs: create / modify / query / destroy, posting, and the error
- * paths (flush, retire) the transport roles share. */
+/* Queue pairs: create / modify / query / destroy.  Posting is sq/post.c's;
+ * completion, flush and the error state are transport/completion.c's. */
 #include "obj.h"
 #include <errno.h>
 #include <stdlib.h>

@@ -44,7 +44,7 @@ static void send_ack(struct uroce_qp *qp, uint32_t psn)
 /* ACK coalescing (§6.5: an ACK acknowledges every PSN up to its own, and
  * responders may coalesce): an ACK a SEND/WRITE (or a duplicate) asks for
  * is owed until the receive batch is done, then one goes out per QP however
- * many packets asked -- a stream of small WRITEs no longer costs one ACK
+ * many packets asked -- so a stream of small WRITEs does not cost one ACK
  * datagram each.  Any other response of the QP sends it first, so the wire
  * stays in PSN order.  All under rx_lock (transport_rx's caller). */
 void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)

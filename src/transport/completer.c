@@ -1,5 +1,6 @@
 /* Completer: ACKs, NAKs, READ responses and atomic ACKs become send
- * completions; owns the ACK timer, retry_cnt and rnr_retry (§5, §6.5, §6.6).
+ * completions; counts down retry_cnt and rnr_retry on NAKs and READ gaps
+ * (§5, §6.5, §6.6; the timers are timer.c's and retry.c's).
  * Responses must arrive in PSN order: the next one expected is una_psn. */
 #include <string.h>
 #include "transport.h"
@@ -46,7 +47,7 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 	/* one pass from the oldest WQE: those completed here stay in the
 	 * queue until qp_retire_sends, so asking oldest_started() again per
 	 * WQE would rescan them -- quadratic in the WQEs one coalesced ACK
-	 * covers (6% of an ib_write_bw 64 B sender's time) */
+	 * covers, which a small-message stream makes many */
 	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {
 		struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
 		if (!w->started)

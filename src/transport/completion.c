@@ -97,7 +97,7 @@ void qp_enter_error(struct uroce_qp *qp)
 {
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		return;
-	/* an ACK deferred for a request to ride with (responder.c) acknowledges
+	/* an ACK deferred for a request to ride with (ack.c) acknowledges
 	 * what was placed: it leaves while the state still allows */
 	ack_now(qp);
 	qp->attr.qp_state = IBV_QPS_ERR;

@@ -121,7 +121,7 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
  * independent, so the order between them is free; this one keeps what a
  * hardware responder shows.  There the ACK of a message leaves at once and
  * reaches the requester before the application's answer to the message; an
- * ACK that rode with that answer (responder.c, ack_defer) arrives behind
+ * ACK that rode with that answer (ack.c, ack_defer) arrives behind
  * it, and processed in arrival order it would complete the send after the
  * answer's receive -- perftest's ib_send_lat -e, which waits for one event
  * on a channel shared by both CQs, then overruns its send CQ. */

@@ -108,9 +108,9 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		 * a quarter window after the previous AckReq inside long
 		 * messages, and on the packet that fills the window when no
 		 * AckReq is outstanding -- otherwise the sender could stop with
-		 * nothing left that asks for an ACK.  (Asking on *every*
-		 * window-filling packet made a window-limited sender ask on each
-		 * small burst: an ACK per 4 packets at 1 MiB.)  Never on UC (§6.7). */
+		 * nothing left that asks for an ACK.  (Only then: asking on
+		 * *every* window-filling packet would make a window-limited
+		 * sender ask on each small burst.)  Never on UC (§6.7). */
 		uint32_t every = qp_window(qp) / 4 + 1;
 		bool far = !qp->req.ackreq_valid || psn_cmp(psn, qp->req.ackreq_psn) >= (int32_t)every;
 		bool asked = qp->req.ackreq_valid && psn_cmp(qp->req.ackreq_psn, qp->comp.una_psn) >= 0;
@@ -193,7 +193,7 @@ void requester_run(struct uroce_qp *qp)
 		while (w->next_pkt < w->npkts) {
 			if (!send_next_packet(qp, w, &b, false))
 				goto out;
-			/* an owed ACK rides behind the request (responder.c,
+			/* an owed ACK rides behind the request (ack.c,
 			 * ack_defer), so the peer has the request before the ACK it
 			 * polls for; behind its first packet when the window cuts
 			 * the message, as a window takes longer to build than the
@@ -275,7 +275,7 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 	}
 }
 
-/* The probe of the adaptive retransmission timer (completer.c): send the
+/* The probe of the adaptive retransmission timer (retry.c): send the
  * oldest unacknowledged SEND/WRITE packet once more, asking for an ACK, and
  * leave the send position alone.  Returns false when una belongs to a READ
  * or atomic (their retry is a new request: the caller rewinds instead). */

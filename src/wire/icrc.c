@@ -61,9 +61,9 @@ uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len)
 
 /* A packet this short is gathered behind its IP/UDP headers and takes one
  * CRC call: below 256 bytes ISA-L's PCLMUL CRC costs 10-18 ns a call, little
- * of it for the bytes, so the four calls of a 64-byte WRITE (headers, BTH,
- * the rest of the headers, payload) cost 42 ns and the copy and one call
- * 22 ns on this machine -- a tenth of a small message's time on each side. */
+ * of it for the bytes, so copying the pieces together and making one call
+ * beats one call per piece (headers, BTH, the rest of the headers, payload);
+ * the figures are in bench/README.md. */
 #define ICRC_GATHER_MAX 512
 
 uint32_t icrc_packet(const struct icrc_iphdr *h, const struct iovec *v, int n)
