@@ -221,7 +221,7 @@ int engine_start(struct uroce_dev *dev)
 	dev->eng.epfd_timers = epoll_create1(EPOLL_CLOEXEC);
 	if (dev->eng.epfd_timers < 0 || epoll_ctl(dev->eng.epfd_timers, EPOLL_CTL_ADD, dev->eng.kick_fd, &ev) < 0)
 		return -errno;
-	rc = dev->net->ops->add_fds(dev->net, dev->eng.epfd);
+	rc = net_add_fds(dev->net, dev->eng.epfd);
 	if (rc < 0)
 		return rc;
 	/* One-sided operations are executed by the engine while the target

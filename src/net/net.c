@@ -1,18 +1,53 @@
-/* The backend-independent part of packet I/O: counters, fault injection for
- * deterministic tests (UROCE_FAULT_DROP_TX/RX) and the pcap tap. */
+/* The selector and the backend-independent part of packet I/O (net.h).
+ *
+ * It holds the backends -- UDP and the same-host rings, or one given
+ * backend alone -- and chooses per flow: the ring of its peer when there
+ * is one, else UDP, for the flow's life.  Receiving takes the rings first
+ * and the sockets every SOCKET_EVERY-th call while a ring is busy.  A
+ * doorbell is the rings' but travels by UDP: when a ring send says the
+ * receiver sleeps, the flow's UDP side rings it.  Counters, fault injection
+ * for deterministic tests (UROCE_FAULT_DROP_TX/RX) and the pcap tap apply
+ * to both paths alike. */
 #include "net.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../wire/hdr.h"
 
-struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats)
+/* While a ring is busy an empty receive call reads the rings alone (tens of
+ * ns) and the sockets (0.3-1 us) every SOCKET_EVERY-th time: a UDP peer's
+ * packet then waits at most that many ring polls (a few us), and a ring
+ * packet rarely comes while the poller sits in recvmmsg. */
+#define SOCKET_EVERY 64
+
+/* A flow on a ring keeps its UDP side too: its doorbells leave from that
+ * socket, and a packet to another GID than the ring's (an AV changed while
+ * the source port did not, so the flow stayed) cannot go into the ring. */
+struct uroce_flow {
+	struct uroce_backend_flow *wire;  /* always */
+	struct uroce_backend_flow *ring;  /* NULL: the flow goes by the wire */
+	uint8_t peer[16];                 /* the GID the ring reaches */
+};
+
+static int backend_open(struct uroce_net *net, struct uroce_backend *be, const struct uroce_net_ops *ops)
 {
-	return net_create_backend(cfg, stats, &uroce_udp_ops);
+	be->net = net;
+	be->ops = ops;
+	int rc = ops->open(be);
+	if (rc < 0)
+		be->ops = NULL;
+	return rc;
 }
 
-struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stats_page *stats,
-				     const struct uroce_net_ops *ops)
+static void backend_close(struct uroce_backend *be)
+{
+	if (be->ops)
+		be->ops->close(be);
+	be->ops = NULL;
+}
+
+static struct uroce_net *net_open(struct uroce_config *cfg, struct uroce_stats_page *stats,
+				  const struct uroce_net_ops *wire, bool rings)
 {
 	struct uroce_net *net = calloc(1, sizeof(*net));
 	int rc;
@@ -21,9 +56,15 @@ struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stat
 		return NULL;
 	net->cfg = cfg;
 	net->stats = stats;
-	net->ops = ops;
 	atomic_init(&net->fault_rng, 0x9E3779B97F4A7C15ul ^ ((unsigned long)cfg->fault_seed * 0xBF58476D1CE4E5B9ul));
-	rc = net->ops->open(net);
+	/* the wire first: it fills in automatic addresses, which the rings'
+	 * regions are named after (binding them made them ours) */
+	rc = backend_open(net, &net->wire, wire);
+	if (rc == 0 && rings && cfg->shm) {
+		rc = backend_open(net, &net->ring, &uroce_ring_ops);
+		if (rc < 0)
+			backend_close(&net->wire);
+	}
 	if (rc < 0) {
 		free(net);
 		errno = -rc;
@@ -39,30 +80,65 @@ struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stat
 	return net;
 }
 
+struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats)
+{
+	return net_open(cfg, stats, &uroce_udp_ops, true);
+}
+
+struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stats_page *stats,
+				     const struct uroce_net_ops *ops)
+{
+	return net_open(cfg, stats, ops, false);
+}
+
 void net_destroy(struct uroce_net *net)
 {
 	if (!net)
 		return;
 	if (net->pcap)
 		pcap_tap_close(net->pcap);
-	net->ops->close(net);
+	backend_close(&net->ring);
+	backend_close(&net->wire);
 	free(net);
 }
 
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer)
 {
-	return net->ops->flow_open(net, sgid, sport, peer);
+	struct uroce_flow *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->wire = net->wire.ops->flow_open(&net->wire, sgid, sport, peer);
+	if (!f->wire) {
+		free(f);
+		return NULL;
+	}
+	if (peer && net->ring.ops) {
+		f->ring = net->ring.ops->flow_open(&net->ring, sgid, sport, peer);
+		if (f->ring)
+			memcpy(f->peer, peer, 16);
+	}
+	return f;
 }
 
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
 {
-	net->ops->flow_close(flow);
+	if (!flow)
+		return;
+	if (flow->ring)
+		net->ring.ops->flow_close(flow->ring);
+	net->wire.ops->flow_close(flow->wire);
+	free(flow);
 }
 
 uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow)
 {
-	return flow && net->ops->flow_part_bytes ? net->ops->flow_part_bytes(flow) : 0;
+	if (!flow)
+		return 0;
+	if (flow->ring)
+		return net->ring.ops->flow_part_bytes ? net->ring.ops->flow_part_bytes(flow->ring) : 0;
+	return net->wire.ops->flow_part_bytes ? net->wire.ops->flow_part_bytes(flow->wire) : 0;
 }
 
 static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, double pct)
@@ -81,10 +157,25 @@ static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, d
 	return (double)(y % 1000000) < pct * 10000.0;
 }
 
+/* The peer's engine sleeps on its sockets: a doorbell wakes it.  One that
+ * cannot leave is counted; the peer's own timer or the next doorbell wakes
+ * it. */
+static void ring_doorbell(struct uroce_net *net, struct uroce_flow *flow, const uint8_t dgid[16])
+{
+	const struct uroce_net_ops *w = net->wire.ops;
+
+	if (w->doorbell && w->doorbell(flow->wire, dgid) == 0)
+		UROCE_COUNT(net->stats, UC_shm_doorbells_tx, 1);
+	else
+		UROCE_COUNT(net->stats, UC_tx_errors, 1);
+}
+
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
 {
 	uint64_t bytes = 0;
+	bool wake = false;
+	int sent;
 
 	if (n == 0)
 		return 0;
@@ -92,7 +183,12 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		for (int i = 0; i < n; i++)
 			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
 				       msgs[i].iov, msgs[i].iovcnt);
-	int sent = net->ops->send(flow, dgid, tos, msgs, n);
+	if (flow->ring && !memcmp(dgid, flow->peer, 16))
+		sent = net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake);
+	else
+		sent = net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake);
+	if (wake)
+		ring_doorbell(net, flow, dgid);
 	if (sent < 0) {
 		UROCE_COUNT(net->stats, UC_tx_errors, 1);
 		return sent;
@@ -118,10 +214,34 @@ bool net_fault_tx(struct uroce_net *net)
 	return true;
 }
 
+/* Rings first; the sockets then, unless a ring is busy and this is not the
+ * SOCKET_EVERY-th call and the engine did not wake for them. */
+static int recv_backends(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+{
+	bool more = false, busy = false;
+	int got = 0;
+
+	if (net->ring.ops)
+		/* room for one socket bundle is kept */
+		got = net->ring.ops->recv(&net->ring, pkts, max - UROCE_GRO_MAX_SEGS, &more, &busy);
+	bool due = atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed);
+	if (busy && !due && ++net->ring_polls % SOCKET_EVERY) {
+		net->rx_more = more;
+		return got;
+	}
+	if (due)
+		atomic_store_explicit(&net->rx_sockets_due, false, memory_order_relaxed);
+	int r = net->wire.ops->recv(&net->wire, pkts + got, max - got, &more, &busy);
+	net->rx_more = more;
+	if (r < 0)
+		return got ? got : r;
+	return got + r;
+}
+
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 {
 	struct uroce_config *cfg = net->cfg;
-	int n = net->ops->recv(net, pkts, max);
+	int n = recv_backends(net, pkts, max);
 	uint64_t bytes = 0;
 
 	if (n <= 0)
@@ -146,17 +266,38 @@ int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 	return n;
 }
 
+void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+{
+	if (net->ring.ops && net->ring.ops->recv_done)
+		net->ring.ops->recv_done(&net->ring, pkts, n);
+	if (net->wire.ops->recv_done)
+		net->wire.ops->recv_done(&net->wire, pkts, n);
+}
+
+int net_add_fds(struct uroce_net *net, int epfd)
+{
+	int rc = 0;
+
+	if (net->ring.ops && net->ring.ops->add_fds)
+		rc = net->ring.ops->add_fds(&net->ring, epfd);
+	if (rc == 0 && net->wire.ops->add_fds)
+		rc = net->wire.ops->add_fds(&net->wire, epfd);
+	return rc;
+}
+
 void net_rx_ip_meta(struct uroce_net *net, bool on)
 {
-	net->ops->rx_ip_meta(net, on || net->pcap);
+	on = on || net->pcap;
+	if (net->ring.ops && net->ring.ops->rx_ip_meta)
+		net->ring.ops->rx_ip_meta(&net->ring, on);
+	if (net->wire.ops->rx_ip_meta)
+		net->wire.ops->rx_ip_meta(&net->wire, on);
 }
 
 void net_rx_sleeping(struct uroce_net *net, bool sleeping)
 {
-	net->ops->rx_sleeping(net, sleeping);
-}
-
-void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
-{
-	net->ops->recv_done(net, pkts, n);
+	if (net->ring.ops && net->ring.ops->rx_sleeping)
+		net->ring.ops->rx_sleeping(&net->ring, sleeping);
+	if (net->wire.ops->rx_sleeping)
+		net->wire.ops->rx_sleeping(&net->wire, sleeping);
 }

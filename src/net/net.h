@@ -1,6 +1,13 @@
 /* Packet I/O behind a small backend interface.  The transport hands over
  * packets as iovecs (headers, then payload straight from registered memory,
- * then pad + ICRC) and receives UDP payloads (BTH .. ICRC) with addresses. */
+ * then pad + ICRC) and receives UDP payloads (BTH .. ICRC) with addresses.
+ *
+ * What is where: net.c holds the backends and selects between them, and
+ * applies what is common to both paths (counters, fault injection, the
+ * pcap tap); udp.c is the UDP socket backend, which reaches every peer;
+ * ring.c is the same-host ring backend, built on the rings of shm.c, for a
+ * connected flow whose peer is a uroce process of this network namespace;
+ * pcap.c writes the capture. */
 #ifndef UROCE_NET_H
 #define UROCE_NET_H
 
@@ -46,64 +53,102 @@ struct uroce_rxpkt {
 	uint16_t ip_id_hint;    /* place in a GRO bundle: the IPv4 ID its sender used */
 };
 
+/* A QP's transmit flow as the transport holds it (net.c): the backend the
+ * selector chose when it opened, kept for its life. */
 struct uroce_flow;
+/* A backend's own flow; each backend defines it. */
+struct uroce_backend_flow;
 struct uroce_net;
 
+/* One backend as opened on a net: its ops and its own state. */
+struct uroce_backend {
+	const struct uroce_net_ops *ops;       /* NULL: not opened */
+	struct uroce_net *net;                 /* the config and counters it reports to */
+	void *priv;
+};
+
+/* A packet I/O backend.  Ops marked optional may be NULL. */
 struct uroce_net_ops {
 	const char *name;
-	int (*open)(struct uroce_net *net);
-	void (*close)(struct uroce_net *net);
+	/* Sets be->priv; may fill in automatic addresses (be->net->cfg) and
+	 * be->net->gso_max_segs.  0 or -errno. */
+	int (*open)(struct uroce_backend *be);
+	void (*close)(struct uroce_backend *be);
 	/* A transmit flow: source GID and UDP source port of one QP; `peer`
-	 * is the destination of a connected QP (NULL for UD), which the
-	 * flow reaches through a same-host ring when it can (shm.h). */
-	struct uroce_flow *(*flow_open)(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
-					const uint8_t *peer);
-	void (*flow_close)(struct uroce_flow *flow);
-	int (*send)(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos,
-		    struct uroce_txmsg *msgs, int n);
-	/* How many bytes a send call on this flow may hold before the
-	 * transport ends it early, at a packet that completes nothing (tx.c);
-	 * 0: never.  Same-host rings: SHM_PART_BYTES (shm.h). */
-	uint32_t (*flow_part_bytes)(const struct uroce_flow *flow);
-	/* Non-blocking: up to max packets, 0 when none is waiting; sets
-	 * net->rx_more. */
-	int (*recv)(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
-	/* Return the packets' buffers once processed. */
-	void (*recv_done)(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
-	int (*add_fds)(struct uroce_net *net, int epfd);
-	/* Report each received packet's IP traffic class and hop limit (the
-	 * GRH a UD receive gets, the pcap tap) or not; the dgid is always
-	 * reported. */
-	void (*rx_ip_meta)(struct uroce_net *net, bool on);
-	/* The engine is about to sleep on the sockets (true; a receive call
-	 * follows before it sleeps) or has woken (false): packets that come
-	 * by another way than the sockets must then wake it. */
-	void (*rx_sleeping)(struct uroce_net *net, bool sleeping);
+	 * is the destination of a connected QP (NULL for UD).  NULL with
+	 * errno when this backend cannot carry it (the rings: peer has no
+	 * live region in this namespace, or no ring is free). */
+	struct uroce_backend_flow *(*flow_open)(struct uroce_backend *be, const uint8_t sgid[16],
+						uint16_t sport, const uint8_t *peer);
+	void (*flow_close)(struct uroce_backend_flow *flow);
+	/* Sends msgs to dgid; returns how many left (the rest are lost, and
+	 * retransmission recovers them), or -errno when none did.  Sets
+	 * *wake when the receiver sleeps and must be sent a doorbell (the
+	 * rings); never clears it. */
+	int (*send)(struct uroce_backend_flow *flow, const uint8_t dgid[16], uint8_t tos,
+		    struct uroce_txmsg *msgs, int n, bool *wake);
+	/* Optional: how many bytes a send call on this flow may hold before
+	 * the transport ends it early, at a packet that completes nothing
+	 * (tx.c); 0 or NULL: never.  The rings: SHM_PART_BYTES (shm.h). */
+	uint32_t (*flow_part_bytes)(const struct uroce_backend_flow *flow);
+	/* Optional: sends a doorbell from this flow to dgid, which wakes the
+	 * engine sleeping there and is not taken for a packet (UDP: an
+	 * 8-byte datagram to its port 4791).  0 or -errno. */
+	int (*doorbell)(struct uroce_backend_flow *flow, const uint8_t dgid[16]);
+	/* Non-blocking: up to max packets (none when max <= 0), 0 when none
+	 * is waiting.  Sets *more when packets are left waiting (a full
+	 * batch, a socket or ring not read); sets *busy when packets may
+	 * come this way at any moment without waking the engine (a claimed
+	 * ring), so that the selector reads the other backend only every few
+	 * calls.  Never clears either. */
+	int (*recv)(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max, bool *more, bool *busy);
+	/* Optional: the packets of the last receive call have been processed
+	 * (with net_create_backend all of them are this backend's; UDP and
+	 * the rings reuse their buffers on the next call and need none). */
+	void (*recv_done)(struct uroce_backend *be, struct uroce_rxpkt *pkts, int n);
+	/* Optional: the fds whose readiness means packets, for the engine's
+	 * epoll.  0 or -errno. */
+	int (*add_fds)(struct uroce_backend *be, int epfd);
+	/* Optional: report each received packet's IP traffic class and hop
+	 * limit (the GRH a UD receive gets, the pcap tap) or not; the dgid is
+	 * always reported. */
+	void (*rx_ip_meta)(struct uroce_backend *be, bool on);
+	/* Optional: the engine is about to sleep on its fds (true; a receive
+	 * call follows before it sleeps) or has woken (false): packets that
+	 * come by another way must then wake it (the rings: a doorbell). */
+	void (*rx_sleeping)(struct uroce_backend *be, bool sleeping);
 };
 
 struct uroce_net {
-	const struct uroce_net_ops *ops;
-	struct uroce_config *cfg;      /* the device's: the backend fills in automatic addresses */
+	/* UDP (or net_create_backend's one backend): every flow has one */
+	struct uroce_backend wire;
+	/* the same-host rings (ops NULL: off, UROCE_SHM=0 or one backend alone) */
+	struct uroce_backend ring;
+	struct uroce_config *cfg;      /* the device's: the UDP backend fills in automatic addresses */
 	struct uroce_stats_page *stats;
-	void *priv;
 	struct pcap_tap *pcap;
 	unsigned gso_max_segs;  /* 0: no UDP GSO */
-	/* set by each recv: a socket may hold more (a call filled its batch
-	 * or left a socket unread).  False lets a poll loop skip the empty
-	 * receive call that would only confirm it (0.25 us per message). */
+	/* set by each recv: a socket or ring may hold more (a call filled its
+	 * batch or left one unread).  False lets a poll loop skip the empty
+	 * receive call that would only confirm it (a system call per message). */
 	bool rx_more;
 	/* the engine woke for its sockets: the next recv reads them, even
 	 * when same-host rings let it read them only every few calls */
 	atomic_bool rx_sockets_due;
+	unsigned ring_polls;    /* receive calls with a ring busy (SOCKET_EVERY, net.c) */
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
 };
 
+/* UDP and the same-host rings (when cfg->shm). */
 struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats);
-/* On one given backend alone (the white-box tests' fake one). */
+/* On one given backend alone, rings off (the white-box tests' fake one). */
 struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stats_page *stats,
 				     const struct uroce_net_ops *ops);
 void net_destroy(struct uroce_net *net);
+/* On a ring when peer (NULL for UD) has a live region in this namespace
+ * and rings are on, else by UDP, for the flow's life: its packets keep
+ * their order and never mix paths. */
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
@@ -112,11 +157,12 @@ uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flo
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
+void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
+int net_add_fds(struct uroce_net *net, int epfd);
 void net_rx_ip_meta(struct uroce_net *net, bool on);
 void net_rx_sleeping(struct uroce_net *net, bool sleeping);
 /* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */
 bool net_fault_tx(struct uroce_net *net);
-void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 
 
 /* pcap.c: a capture Wireshark opens as Ethernet/IP/UDP/RoCEv2. */
@@ -126,8 +172,11 @@ void pcap_tap_write(struct pcap_tap *tap, const uint8_t sgid[16], const uint8_t 
 		    uint16_t sport, uint16_t dport, uint16_t ip_id, uint8_t tos, uint8_t ttl,
 		    const struct iovec *iov, int iovcnt);
 
+/* udp.c: reaches any peer; offers doorbells. */
 extern const struct uroce_net_ops uroce_udp_ops;
-
+/* ring.c: same-host peers only, never alone -- its doorbells and its
+ * flows' packets to other GIDs go by UDP (net.c). */
+extern const struct uroce_net_ops uroce_ring_ops;
 
 
 /* Received packets go to the pcap once their ICRC check has told the IPv4 ID. */

@@ -114,8 +114,8 @@ static int region_path(const uint8_t gid[16], char *out, size_t n)
 }
 
 /* Map a ring's pages now: the first pass over a ring would otherwise take
- * page faults on both sides (~4 us per message in ib_send_lat's first 300
- * iterations, measured with slots of a page each). */
+ * page faults on both sides, a few per message until the ring has wrapped
+ * once. */
 static void populate(void *p, size_t len, bool write)
 {
 #ifndef MADV_POPULATE_READ

@@ -1,9 +1,11 @@
-/* The same-host path: RoCEv2 packets through shared-memory rings instead of
+/* The same-host rings: RoCEv2 packets through shared memory instead of
  * loopback UDP, between uroce processes of one network namespace (see
- * docs/architecture.md, "Same-host rings").  The packets are the very bytes
- * the UDP path sends (BTH .. ICRC, ICRC computed for the IPv4 ID the UDP
- * path would have had), so the receive path, the pcap tap and fault
- * injection are the same for both; only the loopback socket hop is gone.
+ * docs/architecture.md, "Same-host rings").  This is the mechanism --
+ * regions, rings, their memory ordering; the backend built on it is
+ * ring.c.  The packets are the very bytes the UDP path sends (BTH .. ICRC,
+ * ICRC computed for the IPv4 ID the UDP path would have had), so the
+ * receive path, the pcap tap and fault injection are the same for both;
+ * only the loopback socket hop is gone.
  *
  * Every receive address (GID) of a device publishes one region,
  * /dev/shm/uroce-rx.<netns inode>.<gid in hex>, of SHM_RINGS single-producer
@@ -11,7 +13,7 @@
  * opens and keeps it for its life, so each flow's packets keep their order
  * and never mix paths.  A receiver whose engine sleeps on its sockets says
  * so in the region; a sender that published into it then sends an 8-byte
- * UDP datagram (a doorbell, udp.c) to wake it. */
+ * UDP datagram (a doorbell: net.c rings it through udp.c) to wake it. */
 #ifndef UROCE_NET_SHM_H
 #define UROCE_NET_SHM_H
 
@@ -45,14 +47,11 @@ void shm_tx_detach(struct shm_tx *tx);
  * message is taken in only once the whole call is in the ring.  The
  * transport therefore ends a call on a ring early, after the first or a
  * middle packet of a message once this many bytes are in it: the consumer
- * copies out and places one part while the next is built.  A 64 KiB
- * ib_send_lat hop was the ICRCs and the copy into the ring (8.7 us, rdtsc
- * stamps), the copy out (4.4 us) and the placement (5.1 us), one after the
- * other: 18.4 us a hop, 13.9 us in parts of 16 KiB (8 KiB: no better).
- * Not while the consumer's engine sleeps (shm_tx_peer_sleeping): a part
- * would then wake it for nothing but the next part -- with ib_send_lat -e,
- * where nobody polls, 2.2 doorbells a message instead of 0.9, and 89
- * instead of 72 us. */
+ * copies out and places one part while the next is built, instead of the
+ * building, the copy out and the placement of a long message following
+ * one another (figures: bench/README.md).  Not while the consumer's engine
+ * sleeps (shm_tx_peer_sleeping): a part would then ring a doorbell that
+ * wakes it for nothing but the next part. */
 #define SHM_PART_BYTES 16384
 
 /* The consumer's engine sleeps on its sockets (a doorbell would wake it). */

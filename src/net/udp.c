@@ -7,12 +7,14 @@
  *
  * ICRC note (§4.2): the kernel picks the IPv4 Identification, which the ICRC
  * covers.  An unconnected socket that sets DF gets ID 0, which is what the
- * transport assumes when it computes the ICRC.
+ * transport assumes when it computes the ICRC.  Runs of equal-size packets
+ * leave in one GSO send; received bundles (GRO) are split here.
  *
- * A connected flow whose peer is a uroce process of this network namespace
- * sends through a same-host ring (shm.h) instead; the receive call takes
- * the rings first and the sockets every SOCKET_EVERY-th call while a ring
- * is in use. */
+ * It also offers doorbells: an 8-byte datagram sent from a flow to a peer's
+ * port 4791 that wakes the peer's sleeping engine and is recognised and
+ * skipped on receipt.  They belong to the same-host rings (ring.c, shm.h),
+ * whose packets never touch these sockets; net.c, which holds both
+ * backends, rings them. */
 #include "net.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,12 +29,11 @@
 #include <unistd.h>
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
-#include "shm.h"
 #include <sys/syscall.h>
 
 /* sendmmsg/recvmmsg as bare system calls: glibc's wrappers are
  * cancellation points and switch asynchronous cancellation on and off
- * around every call (5% of a polling loop's time in perf); uroce never
+ * around every call, a visible part of a polling loop's time; uroce never
  * cancels threads, and an empty poll is most of what the loop does. */
 static int sys_sendmmsg(int fd, struct mmsghdr *mm, unsigned n)
 {
@@ -64,32 +65,19 @@ struct udp_priv {
 	struct iovec iov[UROCE_RX_BUFS];
 	struct sockaddr_storage from[UROCE_RX_BUFS];
 	uint8_t cbuf[UROCE_RX_BUFS][192];
-	struct shm_rx *shm[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
-	unsigned shm_polls;
+	struct uroce_stats_page *stats;
 };
 
-/* While rings are in use an empty receive call reads the rings alone (tens
- * of ns) and the sockets (0.3-1 us) every SOCKET_EVERY-th time: a UDP
- * peer's packet then waits at most that many ring polls (a few us), and a
- * ring packet rarely comes while the poller sits in recvmmsg. */
-#define SOCKET_EVERY 64
-
-/* The doorbell a same-host sender rings (shm.h): shorter than any RoCE
- * packet, so nothing else could be taken for it; anything else that short
- * is dropped as truncated. */
-static const uint8_t shm_doorbell[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
+/* A doorbell: shorter than any RoCE packet, so nothing else could be taken
+ * for it; anything else that short is dropped as truncated. */
+static const uint8_t doorbell_bytes[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
 
 /* A QP's transmit socket, with room to gather a batch into GSO sends. Used
  * under its QP's lock only. */
-struct uroce_flow {
+struct uroce_backend_flow {
 	int fd;
 	bool v4;
 	int tos;
-	struct uroce_net *net;
-	struct shm_tx *shm;          /* a ring in the peer's region, for shm_gid */
-	uint8_t shm_gid[16];
-	uint8_t sgid[16];            /* what a ring packet says it came from */
-	uint16_t sport;
 	struct mmsghdr mm[UROCE_TX_BATCH];
 	union {
 		char buf[CMSG_SPACE(sizeof(uint16_t))];
@@ -227,9 +215,10 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
 	h->msg_controllen = sizeof(p->cbuf[i]);
 }
 
-static int udp_open(struct uroce_net *net)
+static int udp_open(struct uroce_backend *be)
 {
 	struct udp_priv *p = calloc(1, sizeof(*p));
+	struct uroce_net *net = be->net;
 	struct uroce_config *cfg = net->cfg;
 	int rc;
 
@@ -259,11 +248,6 @@ static int udp_open(struct uroce_net *net)
 			p->rx_fd[p->nrx++] = fd;
 		}
 	}
-	if (cfg->shm) {
-		shm_sweep_stale_regions();  /* once, not per address */
-		for (int i = 0; i < p->nrx; i++)
-			p->shm[i] = shm_rx_open(cfg->gids[i]);
-	}
 	for (int i = 0; i < UROCE_RX_BUFS; i++) {
 		p->iov[i].iov_base = p->bufs + (size_t)i * UROCE_RX_BUFSZ;
 		p->iov[i].iov_len = UROCE_RX_BUFSZ;
@@ -277,7 +261,8 @@ static int udp_open(struct uroce_net *net)
 		net->gso_max_segs = UROCE_GSO_MAX_SEGS;
 	if (probe >= 0)
 		close(probe);
-	net->priv = p;
+	p->stats = net->stats;
+	be->priv = p;
 	return 0;
 fail:
 	for (int i = 0; i < p->nrx; i++)
@@ -287,26 +272,27 @@ fail:
 	return rc;
 }
 
-static void udp_close(struct uroce_net *net)
+static void udp_close(struct uroce_backend *be)
 {
-	struct udp_priv *p = net->priv;
+	struct udp_priv *p = be->priv;
 
 	if (!p)
 		return;
-	for (int i = 0; i < p->nrx; i++) {
-		shm_rx_close(p->shm[i]);
+	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
-	}
 	free(p->bufs);
 	free(p);
-	net->priv = NULL;
+	be->priv = NULL;
 }
 
-static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
-					const uint8_t *peer)
+/* Every peer is reached the same way: `peer` says nothing here. */
+static struct uroce_backend_flow *udp_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
+						uint16_t sport, const uint8_t *peer)
 {
-	struct uroce_flow *f = calloc(1, sizeof(*f));
+	struct uroce_backend_flow *f = calloc(1, sizeof(*f));
 
+	(void)be;
+	(void)peer;
 	if (!f)
 		return NULL;
 	f->fd = udp_socket(sgid, sport, true, false);
@@ -322,58 +308,36 @@ static struct uroce_flow *udp_flow_open(struct uroce_net *net, const uint8_t sgi
 	}
 	f->v4 = gid_is_ipv4(sgid);
 	f->tos = 0;
-	f->net = net;
-	memcpy(f->sgid, sgid, 16);
-	f->sport = sport;
-	if (peer && net->cfg->shm) {
-		f->shm = shm_tx_attach(peer);
-		if (f->shm)
-			memcpy(f->shm_gid, peer, 16);
-	}
 	return f;
 }
 
-static void udp_flow_close(struct uroce_flow *f)
+static void udp_flow_close(struct uroce_backend_flow *f)
 {
 	if (!f)
 		return;
-	shm_tx_detach(f->shm);
 	close(f->fd);
 	free(f);
 }
 
-static uint32_t udp_flow_part_bytes(const struct uroce_flow *f)
+/* Wakes the engine sleeping at dgid's port 4791 (udp_recv skips it). */
+static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16])
 {
-	return f->shm && !shm_tx_peer_sleeping(f->shm) ? SHM_PART_BYTES : 0;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
+	ssize_t r = sendto(f->fd, doorbell_bytes, sizeof(doorbell_bytes), 0, (struct sockaddr *)&ss, sl);
+	return r > 0 ? 0 : r < 0 ? -errno : -EIO;
 }
 
-static int udp_send(struct uroce_flow *f, const uint8_t dgid[16], uint8_t tos,
-		    struct uroce_txmsg *msgs, int n)
+static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_t tos,
+		    struct uroce_txmsg *msgs, int n, bool *wake)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	int sent = 0;
 
-	if (f->shm && !memcmp(dgid, f->shm_gid, 16)) {
-		bool doorbell;
-		struct uroce_stats_page *stats = f->net->stats;
-		sent = shm_tx_send(f->shm, f->sgid, f->sport, tos, msgs, n, &doorbell);
-		UROCE_COUNT(stats, UC_shm_packets_tx, (uint64_t)sent);
-		if (sent < n)
-			UROCE_COUNT(stats, UC_shm_ring_full, (uint64_t)(n - sent));
-		if (doorbell) {
-			/* the peer's engine sleeps on its sockets: a doorbell datagram
-			 * wakes it (udp_recv skips it) */
-			gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
-			/* one that cannot leave is counted; the peer's own timer
-			 * or the next doorbell wakes it */
-			if (sendto(f->fd, shm_doorbell, sizeof(shm_doorbell), 0, (struct sockaddr *)&ss, sl) > 0)
-				UROCE_COUNT(stats, UC_shm_doorbells_tx, 1);
-			else
-				UROCE_COUNT(stats, UC_tx_errors, 1);
-		}
-		return sent;
-	}
+	(void)wake; /* a socket's peer wakes on its own */
 	if (tos != f->tos) {
 		int t = tos;
 		if (f->v4)
@@ -475,35 +439,12 @@ static void parse_cmsgs(struct msghdr *h, struct uroce_rxpkt *pk, int *gso)
 	}
 }
 
-static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max, bool *more, bool *busy)
 {
-	struct udp_priv *p = net->priv;
+	struct udp_priv *p = be->priv;
 	int got = 0, used = 0, k;
-	bool rings = false;
 
-	net->rx_more = false;
-	for (k = 0; k < p->nrx; k++) {
-		if (!shm_rx_active(p->shm[k]))
-			continue;
-		uint64_t bad = 0;
-		int room = max - got - UROCE_GRO_MAX_SEGS; /* a socket's bundle still fits */
-		if (room <= 0) {
-			net->rx_more = true;
-			break;
-		}
-		int r = shm_rx_poll(p->shm[k], pkts + got, room, &net->rx_more, &bad);
-		rings = true;
-		got += r;
-		if (r)  /* an empty poll (most of them) touches no counter */
-			UROCE_COUNT(net->stats, UC_shm_packets_rx, (uint64_t)r);
-		if (bad)
-			UROCE_COUNT(net->stats, UC_shm_bad, bad);
-	}
-	bool due = atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed);
-	if (rings && !due && ++p->shm_polls % SOCKET_EVERY)
-		return got;
-	if (due)
-		atomic_store_explicit(&net->rx_sockets_due, false, memory_order_relaxed);
+	(void)busy; /* a socket's packets wake the engine's epoll */
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
 	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
@@ -516,7 +457,7 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		if (r <= 0)
 			continue;
 		if (r == want)
-			net->rx_more = true;
+			*more = true;
 		for (int i = used; i < used + r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
 			struct uroce_rxpkt tmpl;
@@ -528,9 +469,9 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 			parse_cmsgs(h, &tmpl, &gso);
 			if (h->msg_flags & MSG_TRUNC)
 				len = 0; /* larger than any RoCE packet: dropped as truncated */
-			else if (len == sizeof(shm_doorbell) && !memcmp(buf, shm_doorbell, len)) {
+			else if (len == sizeof(doorbell_bytes) && !memcmp(buf, doorbell_bytes, len)) {
 				/* a same-host peer's doorbell: it woke the engine */
-				UROCE_COUNT(net->stats, UC_shm_doorbells_rx, 1);
+				UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
 				rx_hdr_reset(p, i);
 				continue;
 			}
@@ -551,19 +492,14 @@ static int udp_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		used += r;
 	}
 	if (k < p->nrx)
-		net->rx_more = true; /* sockets left unread for want of room */
+		*more = true; /* sockets left unread for want of room */
 	p->rr++;
 	return got;
 }
 
-static void udp_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+static int udp_add_fds(struct uroce_backend *be, int epfd)
 {
-	(void)net; (void)pkts; (void)n; /* buffers are reused by the next recv */
-}
-
-static int udp_add_fds(struct uroce_net *net, int epfd)
-{
-	struct udp_priv *p = net->priv;
+	struct udp_priv *p = be->priv;
 
 	for (int i = 0; i < p->nrx; i++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
@@ -574,13 +510,13 @@ static int udp_add_fds(struct uroce_net *net, int epfd)
 }
 
 /* Traffic class and hop limit come as two more control messages per
- * datagram, 60 ns of every receive call's work on loopback; only a UD
+ * datagram, work on every receive call; only a UD
  * receive (its GRH) and the pcap tap need them, so they are asked for
  * while a UD QP is open or a capture runs.  The kernel adds them as a
  * packet is read: when the last UD QP goes, it is unpublished already. */
-static void udp_rx_ip_meta(struct uroce_net *net, bool on)
+static void udp_rx_ip_meta(struct uroce_backend *be, bool on)
 {
-	struct udp_priv *p = net->priv;
+	struct udp_priv *p = be->priv;
 	int v = on;
 
 	for (int i = 0; i < p->nrx; i++) {
@@ -599,14 +535,9 @@ static void udp_rx_ip_meta(struct uroce_net *net, bool on)
 	}
 }
 
-static void udp_rx_sleeping(struct uroce_net *net, bool sleeping)
-{
-	struct udp_priv *p = net->priv;
-
-	for (int i = 0; i < p->nrx; i++)
-		shm_rx_sleeping(p->shm[i], sleeping);
-}
-
+/* Whole send calls (no flow_part_bytes: there a call is a system call);
+ * receive buffers are reused by the next call (no recv_done); a packet on
+ * a socket wakes the engine's epoll itself (no rx_sleeping). */
 const struct uroce_net_ops uroce_udp_ops = {
 	.name = "udp",
 	.open = udp_open,
@@ -614,10 +545,8 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.flow_open = udp_flow_open,
 	.flow_close = udp_flow_close,
 	.send = udp_send,
-	.flow_part_bytes = udp_flow_part_bytes,
+	.doorbell = udp_doorbell,
 	.recv = udp_recv,
-	.recv_done = udp_recv_done,
 	.add_fds = udp_add_fds,
 	.rx_ip_meta = udp_rx_ip_meta,
-	.rx_sleeping = udp_rx_sleeping,
 };

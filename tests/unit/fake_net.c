@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct uroce_flow {
+struct uroce_backend_flow {
 	uint8_t sgid[16];
 	uint16_t sport;
 };
@@ -50,8 +50,10 @@ void fake_rx_queue_sent(const struct fake_pkt *p)
 	rxq[rx_head - 1].ip_id = p->ip_id;
 }
 
-static int fake_open(struct uroce_net *net)
+static int fake_open(struct uroce_backend *be)
 {
+	struct uroce_net *net = be->net;
+
 	/* no automatic address: the test names GID 0 (UROCE_ADDR) */
 	if (net->cfg->ngids == 0) {
 		fprintf(stderr, "fake_net: set UROCE_ADDR before opening the device\n");
@@ -63,14 +65,14 @@ static int fake_open(struct uroce_net *net)
 	return 0;
 }
 
-static void fake_close(struct uroce_net *net) { (void)net; }
+static void fake_close(struct uroce_backend *be) { (void)be; }
 
-static struct uroce_flow *fake_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
-					 const uint8_t *peer)
+static struct uroce_backend_flow *fake_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
+						 uint16_t sport, const uint8_t *peer)
 {
-	struct uroce_flow *f = calloc(1, sizeof(*f));
+	struct uroce_backend_flow *f = calloc(1, sizeof(*f));
 
-	(void)net;
+	(void)be;
 	(void)peer;
 	if (!f) {
 		errno = ENOMEM;
@@ -81,11 +83,13 @@ static struct uroce_flow *fake_flow_open(struct uroce_net *net, const uint8_t sg
 	return f;
 }
 
-static void fake_flow_close(struct uroce_flow *flow) { free(flow); }
+static void fake_flow_close(struct uroce_backend_flow *flow) { free(flow); }
 
-static int fake_send(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
+static int fake_send(struct uroce_backend_flow *flow, const uint8_t dgid[16], uint8_t tos,
+		     struct uroce_txmsg *msgs, int n, bool *wake)
 {
 	(void)tos;
+	(void)wake;
 	for (int i = 0; i < n; i++) {
 		if (nsent == FAKE_SENT_MAX)
 			die("too many packets sent without fake_sent_clear");
@@ -106,13 +110,7 @@ static int fake_send(struct uroce_flow *flow, const uint8_t dgid[16], uint8_t to
 	return n;
 }
 
-static uint32_t fake_flow_part_bytes(const struct uroce_flow *flow)
-{
-	(void)flow;
-	return 0;  /* a send call is never cut in parts */
-}
-
-static int fake_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
+static int fake_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max, bool *more, bool *busy)
 {
 	int n = 0;
 
@@ -128,37 +126,21 @@ static int fake_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 		p->ttl = 64;
 		p->ip_id_hint = q->ip_id;
 	}
-	net->rx_more = rx_tail != rx_head;
+	(void)be;
+	(void)busy;
+	if (rx_tail != rx_head)
+		*more = true;
 	return n;
 }
 
-static void fake_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n)
+static void fake_recv_done(struct uroce_backend *be, struct uroce_rxpkt *pkts, int n)
 {
-	(void)net;
+	(void)be;
 	(void)pkts;
 	(void)n;
 	/* the buffers are reused once every queued packet was handed out */
 	if (rx_tail == rx_head)
 		rx_head = rx_tail = 0;
-}
-
-static int fake_add_fds(struct uroce_net *net, int epfd)
-{
-	(void)net;
-	(void)epfd;
-	return 0;
-}
-
-static void fake_rx_ip_meta(struct uroce_net *net, bool on)
-{
-	(void)net;
-	(void)on;
-}
-
-static void fake_rx_sleeping(struct uroce_net *net, bool sleeping)
-{
-	(void)net;
-	(void)sleeping;
 }
 
 const struct uroce_net_ops fake_net_ops = {
@@ -168,10 +150,7 @@ const struct uroce_net_ops fake_net_ops = {
 	.flow_open = fake_flow_open,
 	.flow_close = fake_flow_close,
 	.send = fake_send,
-	.flow_part_bytes = fake_flow_part_bytes,
 	.recv = fake_recv,
 	.recv_done = fake_recv_done,
-	.add_fds = fake_add_fds,
-	.rx_ip_meta = fake_rx_ip_meta,
-	.rx_sleeping = fake_rx_sleeping,
+	/* the optional ops are left out: no parts, no fds, no IP metadata */
 };

@@ -1,0 +1,161 @@
+/* The same-host ring backend: a connected flow whose peer is a uroce
+ * process of this network namespace sends through a ring in the peer's
+ * region, and every receive address reads its own region (shm.h; the
+ * rings, regions and their memory ordering are shm.c's).
+ *
+ * It carries only what a ring can: flow_open refuses a peer without a live
+ * region (or with no free ring) and the selector (net.c) sends that flow by
+ * UDP.  A receiver that sleeps is woken by a doorbell, which travels by UDP:
+ * send says when one is owed and net.c has the flow's UDP side ring it.
+ * Nothing here wakes the engine's epoll (no fds), so while a ring is
+ * claimed receive reports itself busy. */
+#include "net.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "shm.h"
+
+struct ring_priv {
+	struct shm_rx *rx[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
+	int n;
+	struct uroce_stats_page *stats;
+};
+
+/* A ring in the peer's region, claimed for one flow's life. */
+struct uroce_backend_flow {
+	struct shm_tx *tx;
+	struct uroce_stats_page *stats;
+	uint8_t sgid[16];            /* what its packets say they came from */
+	uint16_t sport;
+};
+
+/* After the UDP backend: its sockets bound the addresses (automatic ones
+ * filled in), which made them ours and names our regions after them. */
+static int ring_open(struct uroce_backend *be)
+{
+	struct uroce_config *cfg = be->net->cfg;
+	struct ring_priv *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	shm_sweep_stale_regions();  /* once, not per address */
+	for (int i = 0; i < cfg->ngids; i++)
+		p->rx[i] = shm_rx_open(cfg->gids[i]);
+	p->n = cfg->ngids;
+	p->stats = be->net->stats;
+	be->priv = p;
+	return 0;
+}
+
+static void ring_close(struct uroce_backend *be)
+{
+	struct ring_priv *p = be->priv;
+
+	if (!p)
+		return;
+	for (int i = 0; i < p->n; i++)
+		shm_rx_close(p->rx[i]);
+	free(p);
+	be->priv = NULL;
+}
+
+static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
+						 uint16_t sport, const uint8_t *peer)
+{
+	struct uroce_backend_flow *f;
+
+	if (!peer) {
+		errno = EINVAL;  /* UD: no one peer */
+		return NULL;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->tx = shm_tx_attach(peer);
+	if (!f->tx) {
+		free(f);
+		errno = ENOENT;
+		return NULL;
+	}
+	f->stats = be->net->stats;
+	memcpy(f->sgid, sgid, 16);
+	f->sport = sport;
+	return f;
+}
+
+static void ring_flow_close(struct uroce_backend_flow *f)
+{
+	if (!f)
+		return;
+	shm_tx_detach(f->tx);
+	free(f);
+}
+
+/* Parts only while the peer's engine is awake (SHM_PART_BYTES). */
+static uint32_t ring_flow_part_bytes(const struct uroce_backend_flow *f)
+{
+	return !shm_tx_peer_sleeping(f->tx) ? SHM_PART_BYTES : 0;
+}
+
+static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_t tos,
+		     struct uroce_txmsg *msgs, int n, bool *wake)
+{
+	bool doorbell;
+
+	(void)dgid;  /* the ring's peer (net.c sends nothing else here) */
+	int sent = shm_tx_send(f->tx, f->sgid, f->sport, tos, msgs, n, &doorbell);
+	UROCE_COUNT(f->stats, UC_shm_packets_tx, (uint64_t)sent);
+	if (sent < n)
+		UROCE_COUNT(f->stats, UC_shm_ring_full, (uint64_t)(n - sent));
+	if (doorbell)
+		*wake = true;
+	return sent;
+}
+
+static int ring_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max, bool *more, bool *busy)
+{
+	struct ring_priv *p = be->priv;
+	int got = 0;
+
+	for (int k = 0; k < p->n; k++) {
+		if (!shm_rx_active(p->rx[k]))
+			continue;
+		uint64_t bad = 0;
+		int room = max - got;
+		if (room <= 0) {
+			*more = true;
+			break;
+		}
+		int r = shm_rx_poll(p->rx[k], pkts + got, room, more, &bad);
+		*busy = true;
+		got += r;
+		if (r)  /* an empty poll (most of them) touches no counter */
+			UROCE_COUNT(p->stats, UC_shm_packets_rx, (uint64_t)r);
+		if (bad)
+			UROCE_COUNT(p->stats, UC_shm_bad, bad);
+	}
+	return got;
+}
+
+static void ring_rx_sleeping(struct uroce_backend *be, bool sleeping)
+{
+	struct ring_priv *p = be->priv;
+
+	for (int i = 0; i < p->n; i++)
+		shm_rx_sleeping(p->rx[i], sleeping);
+}
+
+/* Received packets are copied out into the region's buffers, reused by the
+ * next poll (no recv_done); a record always carries its traffic class, and
+ * its hop limit is 64 (no rx_ip_meta); no fds (no add_fds). */
+const struct uroce_net_ops uroce_ring_ops = {
+	.name = "ring",
+	.open = ring_open,
+	.close = ring_close,
+	.flow_open = ring_flow_open,
+	.flow_close = ring_flow_close,
+	.send = ring_send,
+	.flow_part_bytes = ring_flow_part_bytes,
+	.recv = ring_recv,
+	.rx_sleeping = ring_rx_sleeping,
+};
