@@ -5,12 +5,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "../net/net.h"
+#include "../transport/transport.h"
 
 static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A program that exits without closing its device (perftest's atomic_lat
  * server does) still prints its UROCE_STATS counters. */
 static struct uroce_dev *the_dev;
+/* the device open now, the_dev's or a white-box test's (dev_global_lock) */
+static struct uroce_dev *open_dev;
 
 __attribute__((destructor)) static void stats_at_process_exit(void)
 {
@@ -20,8 +23,11 @@ __attribute__((destructor)) static void stats_at_process_exit(void)
 
 static void dev_free(struct uroce_dev *dev)
 {
-	if (dev->eng.running)
-		engine_stop(dev);
+	/* ACKs still deferred go out: the peers' sends were placed here */
+	pthread_mutex_lock(&dev->rx_lock);
+	ack_flush_deferred(dev, UINT64_MAX);
+	pthread_mutex_unlock(&dev->rx_lock);
+	engine_stop(dev);
 	stats_page_print(dev->stats, &dev->cfg);
 	net_destroy(dev->net);
 	free(dev->rx_pkts);
@@ -32,11 +38,16 @@ static void dev_free(struct uroce_dev *dev)
 	free(dev);
 }
 
-struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engine)
+static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bool engine)
 {
-	struct uroce_dev *dev = calloc(1, sizeof(*dev));
+	struct uroce_dev *dev;
 	int rc;
 
+	if (open_dev) {
+		errno = EBUSY;
+		return NULL;
+	}
+	dev = calloc(1, sizeof(*dev));
 	if (!dev) {
 		errno = ENOMEM;
 		return NULL;
@@ -51,7 +62,7 @@ struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engin
 	pthread_mutexattr_destroy(&ma);
 	dev->refcnt = 1;
 	dev->qpn_next = (uint32_t)getpid() * 2654435761u;
-	dev->eng.kick_fd = -1;
+	dev->eng.epfd = dev->eng.epfd_timers = dev->eng.kick_fd = dev->eng.loadavg_fd = -1;
 	atomic_store(&dev->timer_next, UINT64_MAX);
 	atomic_store(&dev->ack_flush_next, UINT64_MAX);
 	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
@@ -74,12 +85,24 @@ struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engin
 		return NULL;
 	}
 	stats_page_finish(dev->stats, &dev->cfg);
+	open_dev = dev;
+	return dev;
+}
+
+struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engine)
+{
+	pthread_mutex_lock(&dev_global_lock);
+	struct uroce_dev *dev = dev_open_locked(backend, engine);
+	pthread_mutex_unlock(&dev_global_lock);
 	return dev;
 }
 
 void uroce_dev_close(struct uroce_dev *dev)
 {
+	pthread_mutex_lock(&dev_global_lock);
+	open_dev = NULL;
 	dev_free(dev);
+	pthread_mutex_unlock(&dev_global_lock);
 }
 
 struct uroce_dev *uroce_dev_get(void)
@@ -91,7 +114,7 @@ struct uroce_dev *uroce_dev_get(void)
 		the_dev->refcnt++;
 		dev = the_dev;
 	} else {
-		dev = the_dev = uroce_dev_open(NULL, true);
+		dev = the_dev = dev_open_locked(NULL, true);
 	}
 	pthread_mutex_unlock(&dev_global_lock);
 	return dev;
@@ -101,7 +124,7 @@ void uroce_dev_put(struct uroce_dev *dev)
 {
 	pthread_mutex_lock(&dev_global_lock);
 	if (--dev->refcnt == 0) {
-		the_dev = NULL;
+		the_dev = open_dev = NULL;
 		dev_free(dev);
 	}
 	pthread_mutex_unlock(&dev_global_lock);

@@ -257,17 +257,17 @@ int engine_start(struct uroce_dev *dev)
 
 void engine_stop(struct uroce_dev *dev)
 {
-	/* ACKs still deferred go out: the peers' sends were placed here */
-	pthread_mutex_lock(&dev->rx_lock);
-	ack_flush_deferred(dev, UINT64_MAX);
-	pthread_mutex_unlock(&dev->rx_lock);
-	atomic_store(&dev->eng.stop, true);
-	engine_kick(dev);
-	pthread_join(dev->eng.thread, NULL);
-	dev->eng.running = false;
-	close(dev->eng.epfd);
-	close(dev->eng.epfd_timers);
-	close(dev->eng.kick_fd);
-	if (dev->eng.loadavg_fd >= 0)
-		close(dev->eng.loadavg_fd);
+	if (dev->eng.running) {
+		atomic_store(&dev->eng.stop, true);
+		engine_kick(dev);
+		pthread_join(dev->eng.thread, NULL);
+		dev->eng.running = false;
+	}
+	/* also what an engine_start that failed half-way opened */
+	int *fds[] = { &dev->eng.epfd, &dev->eng.epfd_timers, &dev->eng.kick_fd, &dev->eng.loadavg_fd };
+	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
 }

@@ -10,13 +10,16 @@
  * I/O, engine); one reference per ibv_context. */
 struct uroce_dev *uroce_dev_get(void);
 void uroce_dev_put(struct uroce_dev *dev);
-/* A device of its own on `backend` (NULL: UDP and same-host rings), with or
- * without an engine thread: the white-box tests drive one by hand. */
+/* A device on `backend` (NULL: UDP and same-host rings), with or without
+ * an engine thread: the white-box tests drive one by hand.  One device at
+ * a time in a process (the stats page, the MR table and the log level are
+ * the process's): EBUSY while another is open. */
 struct uroce_net_ops;
 struct uroce_dev *uroce_dev_open(const struct uroce_net_ops *backend, bool engine);
 void uroce_dev_close(struct uroce_dev *dev);
 
-/* engine.c: the engine thread. */
+/* engine.c: the engine thread.  engine_stop joins it if it runs and closes
+ * whatever engine_start opened, even after engine_start failed. */
 int engine_start(struct uroce_dev *dev);
 void engine_stop(struct uroce_dev *dev);
 

@@ -81,7 +81,7 @@ struct uroce_net_ops {
 	struct uroce_backend_flow *(*flow_open)(struct uroce_backend *be, const uint8_t sgid[16],
 						uint16_t sport, const uint8_t *peer);
 	void (*flow_close)(struct uroce_backend_flow *flow);
-	/* Sends msgs to dgid; returns how many left (the rest are lost, and
+	/* Sends msgs to dgid; returns how many were sent (the rest are lost, and
 	 * retransmission recovers them), or -errno when none did.  Sets
 	 * *wake when the receiver sleeps and must be sent a doorbell (the
 	 * rings); never clears it. */
@@ -147,8 +147,8 @@ struct uroce_net *net_create_backend(struct uroce_config *cfg, struct uroce_stat
 				     const struct uroce_net_ops *ops);
 void net_destroy(struct uroce_net *net);
 /* On a ring when peer (NULL for UD) has a live region in this namespace
- * and rings are on, else by UDP, for the flow's life: its packets keep
- * their order and never mix paths. */
+ * and rings are on, else by UDP, for the flow's life: its packets to the
+ * peer keep their order on one path (a packet to another GID goes by UDP). */
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);

@@ -13,8 +13,6 @@
 #include "../core/wake.h"
 #include "../transport/transport.h"
 
-/* ------------------------------------------------------------ helpers */
-
 /* ------------------------------------------------------------ create */
 
 static void qp_free(struct uroce_qp *qp)

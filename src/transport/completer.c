@@ -45,7 +45,7 @@ static void progress_made(struct uroce_qp *qp, uint32_t old_una)
 static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 {
 	/* one pass from the oldest WQE: those completed here stay in the
-	 * queue until qp_retire_sends, so asking oldest_started() again per
+	 * queue until qp_retire_sends, so asking sq_oldest_started() again per
 	 * WQE would rescan them -- quadratic in the WQEs one coalesced ACK
 	 * covers, which a small-message stream makes many */
 	for (uint32_t i = qp->sq_tail; i != qp->sq_head; i++) {

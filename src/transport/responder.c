@@ -17,11 +17,11 @@ enum resp_verdict {
 	RV_RNR,          /* RNR NAK: no receive WQE */
 };
 
-/* A failed memory check answers what mem/'s verdict table says (§5.3). */
+/* A failed memory check (never MEM_OK) answers what mem/'s verdict table
+ * says (§5.3); a row without a NAK of its own is an access error. */
 static enum resp_verdict verdict_of_mem(enum uroce_mem_verdict mv)
 {
 	switch (mem_verdict_nak(mv)) {
-	case 0: return RV_OK;
 	case AETH_NAK_INV_REQ: return RV_INV_REQ;
 	case AETH_NAK_REM_OP: return RV_OP_ERR;
 	default: return RV_ACCESS;

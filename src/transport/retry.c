@@ -12,7 +12,7 @@
  * waiting for the full IBA ACK timeout (67 ms at the usual timeout 14) with
  * nothing in flight.  So, like hardware RNICs' adaptive retransmission, the
  * requester probes earlier, after a timeout measured from the round trip
- * (rto_ns: 2 srtt + 4 rttvar, at least UROCE_RTO_MIN_US, doubling while
+ * (rtt_rto_ns: 2 srtt + 4 rttvar, at least UROCE_RTO_MIN_US, doubling while
  * nothing moves).  A probe resends only the packet at una with AckReq:
  * - if the packets after it were merely late (a loaded host delays loopback
  *   packets by milliseconds), they reach the responder first and the ACK

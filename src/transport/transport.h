@@ -8,10 +8,10 @@
  *   timer.c       arming the requester's timers; retry.c what they do
  *   completion.c  in-order send completion, flush, the error state
  *   tx.c          packet assembly and batched transmission
- * Dependencies point down this list's call order: recv and retry call the
- * roles, the roles call ack, timer, completion and tx, never the reverse
- * (docs/architecture.md).  Everything runs with qp->lock held unless said
- * otherwise. */
+ * No two of these files call each other (docs/architecture.md, the
+ * dependency rule): recv.c and retry.c call the roles, the completer calls
+ * the requester, the roles call ack.c, timer.c and completion.c, and all of
+ * them tx.c.  Everything runs with qp->lock held unless said otherwise. */
 #ifndef UROCE_TRANSPORT_H
 #define UROCE_TRANSPORT_H
 

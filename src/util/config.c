@@ -187,7 +187,8 @@ static int env_mtu(struct uroce_config *cfg, const char *e)
 		return rc;
 #define LOAD_path(e, fld, a, b, def)     env_path(e, cfg->fld, sizeof(cfg->fld));
 #define LOAD_uint(e, fld, a, b, def)     cfg->fld = env_uint(e, def, a, b);
-#define LOAD_level(e, fld, a, b, def)    cfg->fld = (int)env_uint(e, def, a, b);
+/* a level in decimal (atoi), as the log has always read it */
+#define LOAD_level(e, fld, a, b, def)    cfg->fld = (e) && *(e) ? atoi(e) : (def);
 #define LOAD_bool(e, fld, a, b, def)     cfg->fld = env_bool(e, def);
 #define LOAD_set(e, fld, a, b, def)      cfg->fld = (e) != NULL;
 #define LOAD_word(e, fld, a, b, def)     cfg->fld = env_word(e, a, def);

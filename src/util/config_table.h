@@ -75,7 +75,7 @@
 	  "`0`: keep the engine thread an ordinary thread; otherwise it takes `SCHED_FIFO` priority 1 " \
 	  "when permitted (root, CAP_SYS_NICE)") \
 	X(UROCE_NO_GSO, no_gso, set, 0, 0, false, "off", \
-	  "`1`: one datagram per packet instead of UDP GSO/GRO bundles") \
+	  "set (to any value, even `0`): one datagram per packet instead of UDP GSO bundles") \
 	X(UROCE_POLL_PROGRESS, poll_progress, bool, 0, 0, true, "1", \
 	  "`0`: `ibv_poll_cq` only reads the CQ and leaves receiving to the engine (diagnostic)") \
 	X(UROCE_STATS, stats_at_exit, bool, 0, 0, false, "off", \
