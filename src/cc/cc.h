@@ -21,6 +21,9 @@ struct uroce_cc {
 struct cc_ops {
 	const char *name;
 	void (*init)(struct uroce_cc *cc, uint32_t max);
+	/* optional: a request packet with `bytes` of payload goes out -- a
+	 * rate-based controller's clock; AIMD needs none */
+	void (*on_tx)(struct uroce_cc *cc, uint32_t bytes);
 	/* `acked` packets newly acknowledged (forward progress) */
 	void (*on_ack)(struct uroce_cc *cc, uint32_t acked);
 	/* a loss signal: a sequence NAK, a READ gap, a probe that found a
@@ -53,6 +56,16 @@ static inline void cc_on_loss(struct uroce_cc *cc, bool timeout)
 {
 	if (cc->ops)
 		cc->ops->on_loss(cc, timeout);
+}
+static inline void cc_on_tx(struct uroce_cc *cc, uint32_t bytes)
+{
+	if (cc->ops && cc->ops->on_tx)
+		cc->ops->on_tx(cc, bytes);
+}
+static inline void cc_on_cnp(struct uroce_cc *cc)
+{
+	if (cc->ops)
+		cc->ops->on_cnp(cc);
 }
 
 #endif

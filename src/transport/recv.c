@@ -77,8 +77,20 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		return;
 	}
 	net_tap_rx(dev->net, rx, ip_id);
-	if (oi->mask & OPF_CNP)
-		return; /* congestion control is a later milestone: accepted, ignored */
+	if (oi->mask & OPF_CNP) {
+		/* a CNP names the QP whose requests met congestion (§8): its
+		 * controller decides (cc/cc.h; AIMD reacts to loss only) */
+		uint32_t cqpn = bth_qpn(bth);
+		struct uroce_qp *cqp = cqpn > 1 && cqpn != 0xFFFFFF ? dev_lookup_qp(dev, cqpn) : NULL;
+		dev_count(dev, UC_cnps_rx, 1);
+		if (cqp) {
+			pthread_mutex_lock(&cqp->lock);
+			if (cqp->type == IBV_QPT_RC || cqp->type == IBV_QPT_UC)
+				cc_on_cnp(&cqp->cc);
+			pthread_mutex_unlock(&cqp->lock);
+		}
+		return;
+	}
 	/* 5. destination QP */
 	uint32_t qpn = bth_qpn(bth);
 	struct uroce_qp *qp = qpn > 1 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;

@@ -85,6 +85,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		bth_set(h, OP_RC_READ_REQUEST, 0, 0, qp->attr.dest_qp_num, 1, psn);
 		reth_set(h + BTH_LEN, w->remote_addr + off, w->rkey, len);
 		txb_add(b, BTH_LEN + RETH_LEN, NULL, 0, 0, 0);
+		cc_on_tx(&qp->cc, 0);
 		qp->req.rd_atomic_out++;
 		w->next_pkt = end;
 	} else if (wqe_is_atomic(w)) {
@@ -95,6 +96,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		else
 			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->compare_add, 0);
 		txb_add(b, BTH_LEN + ATMETH_LEN, NULL, 0, 0, 0);
+		cc_on_tx(&qp->cc, 0);
 		qp->req.rd_atomic_out++;
 		w->next_pkt = 1;
 	} else {
@@ -129,6 +131,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		if (oi->off_ieth)
 			ieth_set(h + oi->off_ieth, w->imm_data);
 		txb_add(b, oi->hdr_len, w->seg, w->nseg, off, len);
+		cc_on_tx(&qp->cc, len);
 		w->next_pkt++;
 	}
 	uint32_t next = psn_add(w->first_psn, w->next_pkt);

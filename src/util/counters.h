@@ -51,7 +51,8 @@
 	X(shm_doorbells_tx, "wake-up datagrams sent to a peer whose engine slept") \
 	X(shm_doorbells_rx, "wake-up datagrams received") \
 	X(shm_bad, "same-host ring entries dropped: impossible count or length") \
-	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)")
+	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)") \
+	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

@@ -832,6 +832,36 @@ out:
 	rig_down(&r);
 }
 
+/* A CNP (§8: opcode 0x81, 16 reserved bytes) goes to its QP's congestion
+ * controller and nowhere else: counted, nothing sent, the QP's state and
+ * its PSNs as they were (the next request is taken as usual). */
+static void test_cnp(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct pkt p;
+	uint8_t d[16];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	uint64_t before = dev->stats->counters[UC_cnps_rx];
+	uint8_t *h = pkt_begin(&p, OP_CNP, r.qpn, false, 0);
+	bth_set_becn(h);
+	pkt_queue(&p, NULL, 0);
+	deliver();
+	CHECK(dev->stats->counters[UC_cnps_rx] == before + 1, "a CNP was not counted");
+	check_nsent(0, "CNP");
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "a CNP changed the QP's state");
+	pattern(d, sizeof(d), 31);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, sizeof(d), d, sizeof(d));
+	deliver();
+	CHECK(!memcmp(m.host, d, sizeof(d)), "the request after a CNP did not land");
+	check_nsent(1, "request after CNP");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* A duplicate SEND/WRITE is not executed again but re-ACKed with ePSN - 1,
  * AckReq or not (§6.4). */
 static void test_resp_dup_write(void)
@@ -1755,6 +1785,7 @@ int main(void)
 		{ "responder: FETCH_ADD executes and answers the original", test_resp_fetch_add },
 		{ "responder: one sequence NAK per PSN gap", test_resp_psn_gap },
 		{ "responder: bad ICRC dropped", test_resp_bad_icrc },
+		{ "CNP to the QP's controller", test_cnp },
 		{ "responder: duplicate WRITE re-ACKed, not executed", test_resp_dup_write },
 		{ "responder: duplicate READ answered again, partly too", test_resp_dup_read },
 		{ "responder: duplicate FETCH_ADD answered, not executed", test_resp_dup_atomic },
