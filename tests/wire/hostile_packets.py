@@ -684,8 +684,8 @@ class Hostile:
 
         # 18. UD QP: Q_Key (§1.5 item 6), PSN ignored (§6.7), GRH (§9); CNP (§8)
         self.ud_checks()
-        self.step('CNP for QP 0 (accepted, ignored)', [
-            self.wire(rw.bth(0x81, self.qpn(0), 0, byte4=0x40) + b'\0' * 16)])
+        self.step('CNP for QP 0 (counted, to its congestion controller; nothing answered)', [
+            self.wire(rw.bth(0x81, self.qpn(0), 0, byte4=0x40) + b'\0' * 16)], expect={'cnps_rx': 1})
         self.probe('UD and CNP')
 
         # 19. garbage
