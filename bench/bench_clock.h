@@ -5,13 +5,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "../src/util/clock.h"   /* now_ns: the library's one clock */
 
 /* user + system CPU seconds of this process so far */
 static inline double cpu_s(void)
