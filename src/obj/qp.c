@@ -32,8 +32,15 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	struct uroce_qp *qp;
 	int err = EINVAL;
 
-	if (a->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
 		/* send_ops_flags (ibv_wr_*), XRC, RSS ... are not offered */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	/* create flags name offloads of a hardware NIC (scatter FCS, VLAN
+	 * stripping, self-multicast loopback ...): none of them is offered,
+	 * and asking for none is a plain create (rdma-core tests pass 0) */
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}

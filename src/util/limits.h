@@ -13,7 +13,7 @@
 #define UROCE_MAX_CQ 16384
 #define UROCE_MAX_MR 65536
 #define UROCE_MAX_PD 16384
-#define UROCE_MAX_RD_ATOMIC 16
+#define UROCE_MAX_RD_ATOMIC 128        /* as rxe: perftest asks a peer for its max_qp_rd_atom */
 #define UROCE_MAX_MSG (1u << 31)    /* RETH DMA length limit (§2.2) */
 #define UROCE_MAX_AH 65536
 #define UROCE_MAX_SRQ 4096

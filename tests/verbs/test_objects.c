@@ -1461,6 +1461,27 @@ static void g_qp_create(void)
 		      (void *)qi.send_cq, (void *)qi.recv_cq, qi.qp_context);
 	}
 
+	/* ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS: no flag is a
+	 * plain create (rdma-core's tests pass 0); a hardware offload flag
+	 * uroce does not offer is EOPNOTSUPP. */
+	{
+		struct ibv_qp_init_attr_ex ix;
+		struct ibv_qp *qx = NULL;
+		memset(&ix, 0, sizeof ix);
+		ix.send_cq = cq;
+		ix.recv_cq = cq;
+		ix.qp_type = IBV_QPT_RC;
+		ix.cap = ia.cap;
+		ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ix.pd = pd;
+		ix.create_flags = 0;
+		EXPECT_OBJ("qp_create_ex_create_flags_0", qx, ibv_create_qp_ex(F.ctx, &ix));
+		if (qx)
+			ibv_destroy_qp(qx);
+		ix.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+		EXPECT_NULL("qp_create_ex_create_flags_scatter_fcs", ibv_create_qp_ex(F.ctx, &ix), EOPNOTSUPP, d_qp);
+	}
+
 	qp2 = mk_qp(pd, cq, IBV_QPT_RC, NULL);
 	if (check("qp_create_second", qp2 != NULL, "expected a QP got NULL errno %d (%s)",
 		  errno, errname(errno)))
