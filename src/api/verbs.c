@@ -249,6 +249,8 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 	/* counted when read: destroy waits for exactly these acknowledgements */
 	if (async_event_is_qp(event->event_type))
 		to_uqp(event->element.qp)->events_reported++;
+	else if (event->event_type == IBV_EVENT_CQ_ERR)
+		to_ucq(event->element.cq)->async_events_reported++;
 	pthread_mutex_unlock(&uctx->async_lock);
 	return 0;
 }

@@ -16,13 +16,10 @@ bool async_event_is_qp(enum ibv_event_type t)
 	}
 }
 
-void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
+static void post_async_event(struct uroce_context *uctx, const struct ibv_async_event ev)
 {
-	struct uroce_context *uctx = to_uctx(qp->ibv.qp_base.context);
-	struct ibv_async_event ev = { .event_type = type };
 	uint64_t one = 1;
 
-	ev.element.qp = &qp->ibv.qp_base;
 	pthread_mutex_lock(&uctx->async_lock);
 	if (uctx->async_n == uctx->async_cap) {
 		unsigned ncap = uctx->async_cap ? uctx->async_cap * 2 : 16;
@@ -40,3 +37,19 @@ void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
 		LOG_ERR("uroce: async event write failed");
 }
 
+
+void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
+{
+	struct ibv_async_event ev = { .event_type = type };
+
+	ev.element.qp = &qp->ibv.qp_base;
+	post_async_event(to_uctx(qp->ibv.qp_base.context), ev);
+}
+
+void cq_post_async_event(struct uroce_cq *cq, enum ibv_event_type type)
+{
+	struct ibv_async_event ev = { .event_type = type };
+
+	ev.element.cq = (struct ibv_cq *)&cq->ibv;
+	post_async_event(to_uctx(cq->ibv.context), ev);
+}

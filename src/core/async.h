@@ -5,6 +5,8 @@
 
 /* An async event of the QP on its context's queue. */
 void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type);
+/* An async event of the CQ (IBV_EVENT_CQ_ERR) on its context's queue. */
+void cq_post_async_event(struct uroce_cq *cq, enum ibv_event_type type);
 /* Is an event of this type about a QP (element.qp)? */
 bool async_event_is_qp(enum ibv_event_type t);
 

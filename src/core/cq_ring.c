@@ -1,6 +1,7 @@
 /* The CQ ring: completions in, completions out, and the event a channel
  * gets when an armed CQ fills (IBA 11.4.2.2). */
 #include "cq_ring.h"
+#include "async.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -26,17 +27,23 @@ static void channel_signal(struct uroce_cq *cq)
 		LOG_ERR("uroce: completion channel write failed");
 }
 
-/* Add a completion.  Returns -1 on overrun (the CQ then reports an async
- * IBV_EVENT_CQ_ERR, as hardware does). */
+/* Add a completion.  Returns -1 on overrun: the completion is lost, and
+ * the first overrun of the CQ raises IBV_EVENT_CQ_ERR, an affiliated async
+ * error of the CQ, as rxe's rxe_cq_post does (the caller moves the QP
+ * whose completion it was to ERR).  Unlike hardware the CQ stays usable:
+ * completions fit again once the application polled some. */
 int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
 	bool fire = false;
 
 	pthread_spin_lock(&cq->lock);
 	if (cq->head - cq->tail >= cq->size - 1) {
+		bool first = !cq->overrun;
 		cq->overrun = true;
 		pthread_spin_unlock(&cq->lock);
 		dev_count(cq->dev, UC_cq_overruns, 1);
+		if (first)
+			cq_post_async_event(cq, IBV_EVENT_CQ_ERR);
 		return -1;
 	}
 	cq->ring[cq->head & (cq->size - 1)] = *wc;

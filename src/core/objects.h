@@ -55,8 +55,9 @@ struct uroce_cq {
 	uint32_t head, tail;          /* tail: next to poll; head: next to fill */
 	enum { CQ_ARM_NONE, CQ_ARM_SOLICITED, CQ_ARM_ALL } armed;
 	int refcnt;                   /* QPs / SRQs using it */
-	bool overrun;
+	bool overrun;                 /* a completion was lost; IBV_EVENT_CQ_ERR was raised */
 	uint32_t comp_events_reported;
+	uint32_t async_events_reported; /* CQ_ERR events read (ibv_get_async_event) */
 	struct ibv_wc cur;            /* the entry start_poll/next_poll exposed */
 	struct uroce_dev *dev;
 };
@@ -243,6 +244,7 @@ struct uroce_qp {
 	struct uroce_cq *send_cq, *recv_cq;
 	struct uroce_pd *pd;
 	uint32_t events_reported;
+	bool cq_lost;             /* a completion of this QP did not fit its CQ (qp_cq_lost) */
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
 };
 

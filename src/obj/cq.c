@@ -236,6 +236,20 @@ int uroce_destroy_cq(struct ibv_cq *ibcq)
 		ch->refcnt--;
 		pthread_mutex_unlock(&ch->lock);
 	}
+	/* its async events (CQ_ERR) likewise: unread ones go, read ones must be
+	 * acknowledged first */
+	struct uroce_context *uctx = to_uctx(ibcq->context);
+	pthread_mutex_lock(&uctx->async_lock);
+	unsigned k = 0;
+	for (unsigned i = 0; i < uctx->async_n; i++)
+		if (uctx->async_q[i].event_type != IBV_EVENT_CQ_ERR || uctx->async_q[i].element.cq != ibcq)
+			uctx->async_q[k++] = uctx->async_q[i];
+	uctx->async_n = k;
+	pthread_mutex_unlock(&uctx->async_lock);
+	pthread_mutex_lock(&ibcq->mutex);
+	while (ibcq->async_events_completed != cq->async_events_reported)
+		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+	pthread_mutex_unlock(&ibcq->mutex);
 	/* make sure no engine work still holds the CQ (QPs are gone already) */
 	pthread_mutex_lock(&dev->rx_lock);
 	pthread_mutex_unlock(&dev->rx_lock);

@@ -41,7 +41,8 @@ void qp_retire_sends(struct uroce_qp *qp)
 		if (qp->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED) || w->status != IBV_WC_SUCCESS) {
 			struct ibv_wc wc;
 			fill_send_wc(qp, w, &wc);
-			cq_push(qp->send_cq, &wc, false);
+			if (cq_push(qp->send_cq, &wc, false) < 0)
+				qp->cq_lost = true;
 		}
 		if (qp->req.sq_send == qp->sq_tail)
 			qp->req.sq_send++;
@@ -54,6 +55,21 @@ void qp_retire_sends(struct uroce_qp *qp)
 			qp_post_async_event(qp, IBV_EVENT_SQ_DRAINED);
 		qp->req.sqd_event_pending = false;
 	}
+	if (qp->cq_lost)
+		qp_cq_lost(qp);  /* after the loop: entering ERR retires again */
+}
+
+/* A completion of this QP did not fit its CQ (cq_push raised CQ_ERR): the
+ * QP cannot go on as if it had been delivered, so it enters ERR and says
+ * so (QP_FATAL), as rxe's responder does on a full CQ.  Called where no
+ * loop over the queues is under way. */
+void qp_cq_lost(struct uroce_qp *qp)
+{
+	qp->cq_lost = false;
+	if (qp->attr.qp_state == IBV_QPS_ERR || qp->attr.qp_state == IBV_QPS_RESET)
+		return;
+	qp_enter_error(qp);
+	qp_post_async_event(qp, IBV_EVENT_QP_FATAL);
 }
 
 void qp_flush_recv_queue(struct uroce_qp *qp)

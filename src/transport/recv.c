@@ -126,6 +126,8 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		completer_rx(qp, &pkt);
 	else
 		dev_count(dev, UC_drop_qp_state, 1);
+	if (qp->cq_lost)
+		qp_cq_lost(qp);
 	pthread_mutex_unlock(&qp->lock);
 }
 

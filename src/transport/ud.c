@@ -62,7 +62,8 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 	}
 	qp->resp.cur_recv_valid = false;
-	cq_push(qp->recv_cq, &wc, bth_se(pkt->bth));
+	if (cq_push(qp->recv_cq, &wc, bth_se(pkt->bth)) < 0)
+		qp->cq_lost = true;
 }
 
 /* UD (§6.7): one packet per message, no ACKs, the PSN only counts. */

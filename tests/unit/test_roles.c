@@ -832,6 +832,57 @@ out:
 	rig_down(&r);
 }
 
+/* A CQ too small for what arrives (a 4-entry CQ holds 7: its ring is the
+ * next power of two above 4, one slot kept free): the 8th completion is
+ * lost, so the CQ raises IBV_EVENT_CQ_ERR once and the QP whose completion
+ * it was enters ERR with IBV_EVENT_QP_FATAL (rxe does both); what follows
+ * in the batch is not executed. */
+static void test_cq_overrun(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[32];
+	struct ibv_async_event ev;
+	uint8_t d[8];
+
+	memset(&r, 0, sizeof(r));
+	r.scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	r.rcq = uroce_create_cq(ctx, 4, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = r.scq, .recv_cq = r.rcq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 4, .max_recv_sge = 4 },
+	};
+	if (r.scq && r.rcq)
+		r.qp = uroce_create_qp(pd, &ia);
+	CHECK(r.qp && rig_connect(&r, &conn_default), "QP setup failed");
+	if (!r.qp || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	r.qpn = r.qp->qp_num;
+	for (int i = 0; i < 16; i++)
+		post_recv(&r, 0x300 + (uint64_t)i, &m, (uint32_t)i * 64, 64);
+	async_drain();
+	uint64_t overruns = dev->stats->counters[UC_cq_overruns];
+	pattern(d, sizeof(d), 32);
+	for (int i = 0; i < 16; i++)
+		queue_send(OP_RC_SEND_ONLY, r.qpn, RQ_PSN + (uint32_t)i, false, d, sizeof(d));
+	deliver();
+	int n = cq_take(r.rcq, wc, 32);
+	CHECK(n == 7, "a 4-entry CQ kept %d completions, not 7", n);
+	for (int i = 0; i < n && i < 7; i++)
+		check_wc(&wc[i], 0x300 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_RECV, r.qpn, "completions before the overrun");
+	CHECK(dev->stats->counters[UC_cq_overruns] > overruns, "the overrun was not counted");
+	CHECK(async_take(&ev) && ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == r.rcq,
+	      "no IBV_EVENT_CQ_ERR for the full CQ first");
+	CHECK(async_take(&ev) && ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == r.qp,
+	      "no IBV_EVENT_QP_FATAL for the QP whose completion was lost");
+	CHECK(!async_take(&ev), "one CQ_ERR and one QP_FATAL, nothing more (event %d)", ev.event_type);
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "the QP whose completion was lost is not in ERR");
+	check_nsent(0, "requests after the overrun: not executed, not ACKed");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* A CNP (§8: opcode 0x81, 16 reserved bytes) goes to its QP's congestion
  * controller and nowhere else: counted, nothing sent, the QP's state and
  * its PSNs as they were (the next request is taken as usual). */
@@ -1786,6 +1837,7 @@ int main(void)
 		{ "responder: one sequence NAK per PSN gap", test_resp_psn_gap },
 		{ "responder: bad ICRC dropped", test_resp_bad_icrc },
 		{ "CNP to the QP's controller", test_cnp },
+		{ "CQ overrun: CQ_ERR, the QP to ERR", test_cq_overrun },
 		{ "responder: duplicate WRITE re-ACKed, not executed", test_resp_dup_write },
 		{ "responder: duplicate READ answered again, partly too", test_resp_dup_read },
 		{ "responder: duplicate FETCH_ADD answered, not executed", test_resp_dup_atomic },
