@@ -282,12 +282,14 @@ run_pair() {
     t0=$(now)
     ip netns exec "$NS_B" "${env_b[@]}" "$UROCE" run -- "${scmd[@]}" >"$d/server.log" 2>&1 </dev/null &
     spid=$!
-    _watch_shm "$spid" "$KEEP_DIR/$tag-server" &
+    # the watchers run real-time when they may: two spinning uroce processes
+    # on two CPUs can starve an ordinary one past a short run's whole life
+    ( chrt -f -p 2 $BASHPID >/dev/null 2>&1; _watch_shm "$spid" "$KEEP_DIR/$tag-server" ) &
     swatch=$!
     if wait_listen "$NS_B" "$port" "$spid"; then
         ip netns exec "$NS_A" "${env_a[@]}" "$UROCE" run -- "${ccmd[@]}" >"$d/client.log" 2>&1 </dev/null &
         cpid=$!
-        _watch_shm "$cpid" "$KEEP_DIR/$tag-client" &
+        ( chrt -f -p 2 $BASHPID >/dev/null 2>&1; _watch_shm "$cpid" "$KEEP_DIR/$tag-client" ) &
         cwatch=$!
     else
         echo "server did not listen on TCP $port" >>"$d/client.log"
