@@ -76,14 +76,15 @@ void qp_flush_recv_queue(struct uroce_qp *qp)
 {
 	struct uroce_recv_wqe r;
 
-	if (qp->srq)
-		return; /* SRQ receives belong to the SRQ, not this QP */
+	/* the WQE a message under way consumed is this QP's, an SRQ's too */
 	if (qp->resp.cur_recv_valid) {
 		struct ibv_wc wc = { .wr_id = qp->resp.cur_recv.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };
 		cq_push(qp->recv_cq, &wc, false);
 		qp->resp.cur_recv_valid = false;
 	}
+	if (qp->srq)
+		return; /* the SRQ's other receives belong to the SRQ, not this QP */
 	while (qp_rq_pop(qp, &r) == 0) {
 		struct ibv_wc wc = { .wr_id = r.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };

@@ -112,9 +112,14 @@ static bool length_ok(struct uroce_qp *qp, struct uroce_pkt *pkt)
 static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	if (pkt->mask & OPF_FIRST) {
-		if (qp_rq_pop(qp, &qp->resp.cur_recv) < 0)
-			return RV_RNR;
-		qp->resp.cur_recv_valid = true;
+		/* a UC message cut by a PSN gap (§6.7) left its receive WQE
+		 * unfinished: the next message takes that WQE, as rxe's does,
+		 * instead of consuming another and losing this one */
+		if (!qp->resp.cur_recv_valid) {
+			if (qp_rq_pop(qp, &qp->resp.cur_recv) < 0)
+				return RV_RNR;
+			qp->resp.cur_recv_valid = true;
+		}
 		qp->resp.recv_off = 0;
 		if (qp->resp.cur_recv.status != IBV_WC_SUCCESS) {
 			complete_recv(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, NULL, false);

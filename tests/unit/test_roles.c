@@ -832,6 +832,123 @@ out:
 	rig_down(&r);
 }
 
+/* A UC QP (RESET -> INIT -> RTR -> RTS with UC's masks, IBA 11.2.5),
+ * optionally on an SRQ. */
+static bool uc_rig_up(struct rig *r, struct ibv_srq *srq, enum ibv_qp_type type)
+{
+	memset(r, 0, sizeof(*r));
+	r->scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	r->rcq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = r->scq, .recv_cq = r->rcq, .srq = srq, .qp_type = type,
+		.cap = { .max_send_wr = 32, .max_recv_wr = srq ? 0 : 32, .max_send_sge = 4, .max_recv_sge = 4 },
+	};
+	if (r->scq && r->rcq)
+		r->qp = uroce_create_qp(pd, &ia);
+	if (!r->qp)
+		return false;
+	r->qpn = r->qp->qp_num;
+	if (type == IBV_QPT_RC)
+		return rig_connect(r, &conn_default);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		return false;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.port_num = 1;
+	a.ah_attr.grh.hop_limit = 64;
+	memcpy(a.ah_attr.grh.dgid.raw, peer_gid, 16);
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = PEER_QPN;
+	a.rq_psn = RQ_PSN;
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+		return false;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = SQ_PSN;
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		return false;
+	fake_sent_clear();
+	return true;
+}
+
+/* UC (§6.7): a PSN gap inside a message drops the rest of it; its receive
+ * WQE is not lost but takes the next message (rxe does the same), so every
+ * posted receive completes, in order: 3 posted, a message cut by a gap,
+ * then 3 whole ones -> wr_ids 0x400, 0x401, 0x402 with the whole messages'
+ * lengths. */
+static void test_uc_gap_reuses_wqe(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[8];
+	uint8_t d[1024 + 100];
+
+	CHECK(uc_rig_up(&r, NULL, IBV_QPT_UC), "UC QP setup failed");
+	if (!r.qp || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	for (int i = 0; i < 3; i++)
+		post_recv(&r, 0x400 + (uint64_t)i, &m, (uint32_t)i * 2048, 2048);
+	pattern(d, sizeof(d), 40);
+	queue_send(OP_UC_SEND_FIRST, r.qpn, RQ_PSN, false, d, 1024);
+	/* RQ_PSN + 1 (a MIDDLE) is lost */
+	queue_send(OP_UC_SEND_LAST, r.qpn, RQ_PSN + 2, false, d, 100);
+	for (uint32_t i = 0; i < 3; i++)
+		queue_send(OP_UC_SEND_ONLY, r.qpn, RQ_PSN + 3 + i, false, d, 10 + i);
+	deliver();
+	int n = cq_take(r.rcq, wc, 8);
+	CHECK(n == 3, "UC after a gap: %d receive completions, want 3", n);
+	for (int i = 0; i < n && i < 3; i++) {
+		check_wc(&wc[i], 0x400 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_RECV, r.qpn, "UC receives in order");
+		CHECK(wc[i].byte_len == 10u + (unsigned)i, "UC receive %d: byte_len %u, want %d", i, wc[i].byte_len, 10 + i);
+	}
+	check_nsent(0, "UC answers nothing");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A receive WQE of an SRQ that a QP consumed for a message under way is the
+ * QP's: when the QP goes to ERR it completes with IBV_WC_WR_FLUSH_ERR
+ * (IBA 10.7.3.1), while the SRQ's other WQEs stay for other QPs. */
+static void test_srq_flush_consumed(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[8];
+	uint8_t d[1024];
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = uroce_create_srq(pd, &sa);
+
+	CHECK(srq != NULL, "SRQ create");
+	CHECK(srq && uc_rig_up(&r, srq, IBV_QPT_RC), "RC QP on an SRQ: setup failed");
+	if (!srq || !r.qp || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge sge = { m.iova + (uint64_t)i * 2048, 2048, m.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 0x500 + (uint64_t)i, .sg_list = &sge, .num_sge = 1 }, *bad;
+		CHECK(uroce_post_srq_recv(srq, &wr, &bad) == 0, "post_srq_recv");
+	}
+	pattern(d, sizeof(d), 41);
+	queue_send(OP_RC_SEND_FIRST, r.qpn, RQ_PSN, false, d, 1024);
+	deliver();
+	CHECK(cq_take(r.rcq, wc, 8) == 0, "a message under way completed early");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	CHECK(uroce_modify_qp(r.qp, &a, IBV_QP_STATE) == 0, "modify to ERR");
+	int n = cq_take(r.rcq, wc, 8);
+	CHECK(n == 1, "the consumed SRQ WQE: %d flush completions, want 1", n);
+	if (n >= 1)
+		check_wc(&wc[0], 0x500, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, r.qpn, "consumed SRQ WQE flushed");
+	async_drain();
+out:
+	mem_down(&m);
+	rig_down(&r);
+	if (srq)
+		CHECK(uroce_destroy_srq(srq) == 0, "destroy SRQ");
+}
+
 /* A CQ too small for what arrives (a 4-entry CQ holds 7: its ring is the
  * next power of two above 4, one slot kept free): the 8th completion is
  * lost, so the CQ raises IBV_EVENT_CQ_ERR once and the QP whose completion
@@ -1838,6 +1955,8 @@ int main(void)
 		{ "responder: bad ICRC dropped", test_resp_bad_icrc },
 		{ "CNP to the QP's controller", test_cnp },
 		{ "CQ overrun: CQ_ERR, the QP to ERR", test_cq_overrun },
+		{ "UC: a message cut by a gap leaves its WQE to the next", test_uc_gap_reuses_wqe },
+		{ "SRQ: a consumed WQE is flushed with its QP", test_srq_flush_consumed },
 		{ "responder: duplicate WRITE re-ACKed, not executed", test_resp_dup_write },
 		{ "responder: duplicate READ answered again, partly too", test_resp_dup_read },
 		{ "responder: duplicate FETCH_ADD answered, not executed", test_resp_dup_atomic },
