@@ -64,7 +64,8 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 			uint32_t resume = psn_add(w->first_psn, w->resp_bytes / qp->pmtu);
 			if (psn_cmp(resume, qp->comp.una_psn) > 0)
 				qp->comp.una_psn = resume;
-			requester_rewind(qp, qp->comp.una_psn);
+			/* a loss like any other: the window hears of it */
+			requester_retry_from(qp, qp->comp.una_psn, false);
 			return false;
 		}
 		if (psn_cmp(w->last_psn, psn) >= 0) {

@@ -18,14 +18,6 @@
 #include <string.h>
 
 #define READ_CHUNK_PKTS 32u
-/* READ/atomic requests in flight at most, whatever max_rd_atomic allows
- * (ibv_modify_qp(3) calls it the number "allowed": an upper bound, a
- * requester may keep fewer).
- * Go-back-N (§6.6) asks again for every one after a lost response, and the
- * responder replays each; with 128 atomics in flight under 5% loss that
- * replay never caught up (ib_atomic_bw, tests/netrc all_impairments:
- * RETRY_EXC_ERR), with 16 it does. */
-#define RD_ATOMIC_IN_FLIGHT 16u
 
 static uint32_t qp_window(const struct uroce_qp *qp)
 {
@@ -70,8 +62,6 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		return false;
 	if (wqe_is_read(w) || wqe_is_atomic(w)) {
 		uint32_t limit = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
-		if (limit > RD_ATOMIC_IN_FLIGHT)
-			limit = RD_ATOMIC_IN_FLIGHT;
 		if (qp->req.rd_atomic_out >= limit)
 			return false;
 	}
