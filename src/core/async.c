@@ -38,6 +38,21 @@ static void post_async_event(struct uroce_context *uctx, const struct ibv_async_
 }
 
 
+void async_drop_events(struct uroce_context *uctx, const void *obj, bool of_qp)
+{
+	pthread_mutex_lock(&uctx->async_lock);
+	unsigned k = 0;
+	for (unsigned i = 0; i < uctx->async_n; i++) {
+		const struct ibv_async_event *ev = &uctx->async_q[i];
+		bool its = of_qp ? async_event_is_qp(ev->event_type) && (const void *)ev->element.qp == obj
+				 : ev->event_type == IBV_EVENT_CQ_ERR && (const void *)ev->element.cq == obj;
+		if (!its)
+			uctx->async_q[k++] = *ev;
+	}
+	uctx->async_n = k;
+	pthread_mutex_unlock(&uctx->async_lock);
+}
+
 void qp_post_async_event(struct uroce_qp *qp, enum ibv_event_type type)
 {
 	struct ibv_async_event ev = { .event_type = type };

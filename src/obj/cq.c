@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include "../core/async.h"
 #include "../core/cq_ring.h"
 
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
@@ -238,14 +239,7 @@ int uroce_destroy_cq(struct ibv_cq *ibcq)
 	}
 	/* its async events (CQ_ERR) likewise: unread ones go, read ones must be
 	 * acknowledged first */
-	struct uroce_context *uctx = to_uctx(ibcq->context);
-	pthread_mutex_lock(&uctx->async_lock);
-	unsigned k = 0;
-	for (unsigned i = 0; i < uctx->async_n; i++)
-		if (uctx->async_q[i].event_type != IBV_EVENT_CQ_ERR || uctx->async_q[i].element.cq != ibcq)
-			uctx->async_q[k++] = uctx->async_q[i];
-	uctx->async_n = k;
-	pthread_mutex_unlock(&uctx->async_lock);
+	async_drop_events(to_uctx(ibcq->context), ibcq, false);
 	pthread_mutex_lock(&ibcq->mutex);
 	while (ibcq->async_events_completed != cq->async_events_reported)
 		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);

@@ -204,14 +204,7 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&dev->rx_lock);
 	/* events never read are dropped with the QP (the kernel does so); those
 	 * read must be acknowledged first (rdma-core ibv_cmd_destroy_qp) */
-	struct uroce_context *uctx = to_uctx(ibqp->context);
-	pthread_mutex_lock(&uctx->async_lock);
-	unsigned k = 0;
-	for (unsigned i = 0; i < uctx->async_n; i++)
-		if (uctx->async_q[i].element.qp != ibqp || !async_event_is_qp(uctx->async_q[i].event_type))
-			uctx->async_q[k++] = uctx->async_q[i];
-	uctx->async_n = k;
-	pthread_mutex_unlock(&uctx->async_lock);
+	async_drop_events(to_uctx(ibqp->context), ibqp, true);
 	pthread_mutex_lock(&ibqp->mutex);
 	while (ibqp->events_completed != qp->events_reported)
 		pthread_cond_wait(&ibqp->cond, &ibqp->mutex);

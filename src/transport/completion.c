@@ -41,8 +41,7 @@ void qp_retire_sends(struct uroce_qp *qp)
 		if (qp->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED) || w->status != IBV_WC_SUCCESS) {
 			struct ibv_wc wc;
 			fill_send_wc(qp, w, &wc);
-			if (cq_push(qp->send_cq, &wc, false) < 0)
-				qp->cq_lost = true;
+			qp_cq_push(qp, qp->send_cq, &wc, false);
 		}
 		if (qp->req.sq_send == qp->sq_tail)
 			qp->req.sq_send++;
@@ -57,6 +56,12 @@ void qp_retire_sends(struct uroce_qp *qp)
 	}
 	if (qp->cq_lost)
 		qp_cq_lost(qp);  /* after the loop: entering ERR retires again */
+}
+
+void qp_cq_push(struct uroce_qp *qp, struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	if (cq_push(cq, wc, solicited) < 0)
+		qp->cq_lost = true;
 }
 
 /* A completion of this QP did not fit its CQ (cq_push raised CQ_ERR): the

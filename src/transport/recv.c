@@ -77,25 +77,21 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		return;
 	}
 	net_tap_rx(dev->net, rx, ip_id);
-	if (oi->mask & OPF_CNP) {
-		/* a CNP names the QP whose requests met congestion (§8): its
-		 * controller decides (cc/cc.h; AIMD reacts to loss only) */
-		uint32_t cqpn = bth_qpn(bth);
-		struct uroce_qp *cqp = cqpn > 1 && cqpn != 0xFFFFFF ? dev_lookup_qp(dev, cqpn) : NULL;
-		dev_count(dev, UC_cnps_rx, 1);
-		if (cqp) {
-			pthread_mutex_lock(&cqp->lock);
-			if (cqp->type == IBV_QPT_RC || cqp->type == IBV_QPT_UC)
-				cc_on_cnp(&cqp->cc);
-			pthread_mutex_unlock(&cqp->lock);
-		}
-		return;
-	}
 	/* 5. destination QP */
 	uint32_t qpn = bth_qpn(bth);
 	struct uroce_qp *qp = qpn > 1 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;
 	if (!qp) {
 		dev_count(dev, UC_drop_unknown_qp, 1);
+		return;
+	}
+	if (oi->mask & OPF_CNP) {
+		/* a CNP names the QP whose requests met congestion (§8): its
+		 * controller decides (cc/cc.h; AIMD reacts to loss only) */
+		dev_count(dev, UC_cnps_rx, 1);
+		pthread_mutex_lock(&qp->lock);
+		if (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC)
+			cc_on_cnp(&qp->cc);
+		pthread_mutex_unlock(&qp->lock);
 		return;
 	}
 	pkt.bth = bth;

@@ -93,8 +93,7 @@ static void complete_recv(struct uroce_qp *qp, enum ibv_wc_status st, enum ibv_w
 		wc.wc_flags |= IBV_WC_WITH_INV;
 	}
 	qp->resp.cur_recv_valid = false;
-	if (cq_push(qp->recv_cq, &wc, solicited) < 0)
-		qp->cq_lost = true;  /* transport_rx ends the QP's packet with qp_cq_lost */
+	qp_cq_push(qp, qp->recv_cq, &wc, solicited);
 }
 
 /* Length rules per packet position (§7): FIRST/MIDDLE exactly PMTU, LAST

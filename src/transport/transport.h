@@ -108,7 +108,11 @@ void qp_flush_recv_queue(struct uroce_qp *qp);
 int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out);  /* 0 ok, -1 empty */
 /* The oldest WQE not yet completed that has packets on the wire, or NULL. */
 struct uroce_send_wqe *sq_oldest_started(struct uroce_qp *qp);
-/* A completion of the QP was lost to a full CQ: the QP enters ERROR. */
+/* A completion of the QP into cq; one that does not fit marks the QP
+ * (cq_lost), and where no queue loop is under way -- the end of
+ * qp_retire_sends, of transport_rx's packet -- qp_cq_lost moves it to
+ * ERROR.  Flush completions ignore a full CQ: the QP is in ERROR already. */
+void qp_cq_push(struct uroce_qp *qp, struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited);
 void qp_cq_lost(struct uroce_qp *qp);
 /* The oldest started WQE completes with `st`; the QP enters ERROR. */
 void qp_fail_oldest(struct uroce_qp *qp, enum ibv_wc_status st);

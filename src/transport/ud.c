@@ -62,8 +62,7 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 	}
 	qp->resp.cur_recv_valid = false;
-	if (cq_push(qp->recv_cq, &wc, bth_se(pkt->bth)) < 0)
-		qp->cq_lost = true;
+	qp_cq_push(qp, qp->recv_cq, &wc, bth_se(pkt->bth));
 }
 
 /* UD (§6.7): one packet per message, no ACKs, the PSN only counts. */
