@@ -58,6 +58,24 @@ int cq_push(struct uroce_cq *cq, const struct ibv_wc *wc, bool solicited)
 	return 0;
 }
 
+void cq_purge_qp(struct uroce_cq *cq, uint32_t qpn)
+{
+	pthread_spin_lock(&cq->lock);
+	uint32_t to = cq->tail;
+	for (uint32_t from = cq->tail; from != cq->head; from++) {
+		const struct ibv_wc *wc = &cq->ring[from & (cq->size - 1)];
+		if (wc->qp_num == qpn)
+			continue;
+		if (to != from)
+			cq->ring[to & (cq->size - 1)] = *wc;
+		to++;
+	}
+	/* the unlocked empty check (poll.c) reads head: it may only see it
+	 * move back once the entries before it are in place */
+	__atomic_store_n(&cq->head, to, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&cq->lock);
+}
+
 int cq_pop(struct uroce_cq *cq, struct ibv_wc *wc)
 {
 	int got = 0;

@@ -22,10 +22,21 @@
 
 struct uroce_dev;
 
-/* A resolved local buffer: a host pointer the transport reads or writes. */
+/* A resolved local buffer: a host pointer the transport reads or writes,
+ * valid only within the lock hold that resolved it (mem.h). */
 struct uroce_seg {
 	uint8_t *addr;
 	uint32_t len;
+};
+
+/* A local buffer as posted (ibv_sge): its lkey and address are checked and
+ * translated each time the WQE executes (mem.h, mem_sge_resolve), never
+ * kept translated, so a deregistered or re-registered MR is never used
+ * through a stale translation. */
+struct uroce_sge {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
 };
 
 /* ---------------------------------------------------------------- MR ---- */
@@ -78,8 +89,9 @@ struct uroce_send_wqe {
 	uint64_t remote_addr;
 	uint64_t compare_add, swap;
 	uint32_t length;          /* message bytes */
-	uint32_t nseg;
-	struct uroce_seg *seg;    /* resolved local segments (or one inline segment) */
+	uint32_t nsge;
+	struct uroce_sge *sge;    /* the local SGEs as posted (non-empty ones) */
+	uint8_t *inline_data;     /* IBV_SEND_INLINE: the `length` bytes copied at post, else NULL */
 	enum ibv_wc_status status;/* non-success: completes with it on reaching the head */
 	enum uroce_wqe_state state;
 	/* PSN bookkeeping, set when the first packet goes out. */
@@ -96,16 +108,15 @@ struct uroce_send_wqe {
 
 struct uroce_recv_wqe {
 	uint64_t wr_id;
-	uint32_t nseg;
+	uint32_t nsge;
 	uint32_t length;          /* total buffer bytes */
-	struct uroce_seg *seg;
-	enum ibv_wc_status status;  /* LOC_PROT_ERR when an lkey was bad */
+	struct uroce_sge *sge;    /* as posted; checked when data is placed */
 };
 
 struct uroce_rq {
 	pthread_spinlock_t lock;
 	struct uroce_recv_wqe *wqe;
-	struct uroce_seg *segs;
+	struct uroce_sge *sges;
 	uint32_t max_wr, max_sge;
 	uint32_t head, tail;      /* head: next free; tail: next to consume */
 };
@@ -173,13 +184,12 @@ struct uroce_resp {
 	bool nak_sent;              /* one NAK per sequence gap (§6.2) */
 	bool in_send, in_write;
 	struct uroce_recv_wqe cur_recv;  /* a copy of the consumed RQ WQE ... */
-	struct uroce_seg cur_recv_segs[UROCE_MAX_SGE]; /* ... and of its segments: the
+	struct uroce_sge cur_recv_sges[UROCE_MAX_SGE]; /* ... and of its SGEs: the
 					 * ring slot may be reposted while a message arrives */
 	bool cur_recv_valid;
 	uint32_t recv_off;
 	uint64_t write_va;
 	uint32_t write_rkey, write_left;
-	struct uroce_mr *write_mr;
 	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
 	uint32_t res_size, res_next;
 };
@@ -222,7 +232,7 @@ struct uroce_qp {
 
 	/* ---- the send queue (sq/post.c fills it, the requester drains it) */
 	struct uroce_send_wqe *sq;
-	struct uroce_seg *sq_segs;  /* max_sge (+1 for inline) per WQE */
+	struct uroce_sge *sq_sges;  /* max_sge per WQE */
 	uint8_t *sq_inline;         /* max_inline bytes per WQE */
 	uint32_t sq_size;
 	uint32_t sq_head;           /* next free slot */

@@ -3,11 +3,15 @@
 #include <sys/random.h>
 
 const struct uroce_mem_verdict_info uroce_mem_verdicts[] = {
-#define X(n, nak, wc) [n] = { #n, nak, wc },
+#define X(n, nak, wc, rnak) [n] = { #n, nak, wc, rnak },
 	UROCE_MEM_VERDICTS(X)
 #undef X
 };
 
+/* Written under dev->rx_lock; read under it (responder, completer) or
+ * under a qp->lock alone (the requester in ibv_post_send), hence atomic
+ * slots: an MR's fields are set before it is published (release) and
+ * changed only while it is unpublished and fenced (obj/mr.c). */
 static struct uroce_mr *mr_table[UROCE_MAX_MR];
 static uint32_t mr_hint = 1;
 
@@ -23,7 +27,7 @@ uint32_t mem_key_alloc(void)
 {
 	for (uint32_t i = 0; i < UROCE_MAX_MR - 1; i++) {
 		uint32_t c = (mr_hint + i) % UROCE_MAX_MR;
-		if (c && !mr_table[c]) {
+		if (c && !__atomic_load_n(&mr_table[c], __ATOMIC_RELAXED)) {
 			mr_hint = c + 1;
 			return (uint32_t)random16() << 16 | c;
 		}
@@ -33,12 +37,12 @@ uint32_t mem_key_alloc(void)
 
 void mem_mr_publish(struct uroce_mr *mr)
 {
-	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = mr;
+	__atomic_store_n(&mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)], mr, __ATOMIC_RELEASE);
 }
 
 void mem_mr_unpublish(struct uroce_mr *mr)
 {
-	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = NULL;
+	__atomic_store_n(&mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)], NULL, __ATOMIC_RELEASE);
 }
 
 uint32_t mem_key_renew(uint32_t key)
@@ -48,7 +52,7 @@ uint32_t mem_key_renew(uint32_t key)
 
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
 {
-	struct uroce_mr *mr = mr_table[key & (UROCE_MAX_MR - 1)];
+	struct uroce_mr *mr = __atomic_load_n(&mr_table[key & (UROCE_MAX_MR - 1)], __ATOMIC_ACQUIRE);
 	(void)dev;
 	return (mr && mr->ibv.lkey == key) ? mr : NULL;
 }
@@ -83,28 +87,53 @@ enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *p
 	return mr_check(dev, pd, rkey, va, len, access, out);
 }
 
-enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
-					unsigned access, struct uroce_seg *out)
+enum uroce_mem_verdict mem_sge_resolve(struct uroce_dev *dev, struct uroce_pd *pd, const struct uroce_sge *sge,
+				       uint32_t nsge, uint32_t off, uint32_t len, unsigned access,
+				       struct uroce_seg *out, uint32_t *nout)
 {
-	struct uroce_mr *mr;
-	enum uroce_mem_verdict v = mr_check(dev, pd, sge->lkey, sge->addr, sge->length, access, &mr);
+	uint32_t k = 0;
 
-	if (v == MEM_OK) {
-		out->addr = mr_host(mr, sge->addr);
-		out->len = sge->length;
+	for (uint32_t i = 0; i < nsge && len; i++) {
+		if (off >= sge[i].length) {
+			off -= sge[i].length;
+			continue;
+		}
+		uint32_t n = sge[i].length - off;
+		if (n > len)
+			n = len;
+		struct uroce_mr *mr;
+		/* only the bytes this execution touches are checked (rxe's
+		 * copy_data), one table lookup and compare per SGE */
+		enum uroce_mem_verdict v = mr_check(dev, pd, sge[i].lkey, sge[i].addr + off, n, access, &mr);
+		if (v != MEM_OK) {
+			*nout = k;
+			return v;
+		}
+		out[k].addr = mr_host(mr, sge[i].addr + off);
+		out[k].len = n;
+		k++;
+		len -= n;
+		off = 0;
 	}
-	return v;
+	*nout = k;
+	return MEM_OK;
 }
 
-void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len)
+enum uroce_mem_verdict mem_sge_copy_to(struct uroce_dev *dev, struct uroce_pd *pd, const struct uroce_sge *sge,
+				       uint32_t nsge, uint32_t off, const uint8_t *src, uint32_t len)
 {
-	struct iovec iov[UROCE_MAX_SGE + 1];
-	int k = seg_iov(seg, nseg, off, len, iov, UROCE_MAX_SGE + 1);
+	struct uroce_seg seg[UROCE_MAX_SGE];
+	uint32_t k;
+	enum uroce_mem_verdict v = mem_sge_resolve(dev, pd, sge, nsge < UROCE_MAX_SGE ? nsge : UROCE_MAX_SGE, off, len,
+						   IBV_ACCESS_LOCAL_WRITE, seg, &k);
 
-	for (int i = 0; i < k; i++) {
-		memcpy(iov[i].iov_base, src, iov[i].iov_len);
-		src += iov[i].iov_len;
+	if (v != MEM_OK)
+		return v;
+	for (uint32_t i = 0; i < k; i++) {
+		memcpy(seg[i].addr, src, seg[i].len);
+		src += seg[i].len;
 	}
+	return MEM_OK;
 }
 
 int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max)

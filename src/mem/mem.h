@@ -1,11 +1,18 @@
 /* Memory: the MR table and its keys, the one memory check with its named
- * verdicts, and copies over resolved segment lists.
+ * verdicts, and the execution-time translation of a WQE's SGEs.
  *
  * Keys: the low 16 bits index the MR table, the high 16 bits are random, so
- * a key is unique and not trivially guessable; lkey == rkey as on rxe.  The
- * responder looks keys up under dev->rx_lock, and deregistration removes an
- * MR under that same lock, so no remote access can be in flight on a freed
- * MR; the transport never keeps an MR pointer across packets. */
+ * a key is unique and not trivially guessable; lkey == rkey as on rxe.
+ *
+ * When memory is checked (docs/architecture.md, "Where memory is checked,
+ * and when"): every key -- an rkey in a request, an lkey in a WQE -- is
+ * looked up and checked when the access executes, never when a WQE is
+ * posted, as rxe's copy_data/lookup_mr and mlx5 do.  A host pointer from a
+ * lookup lives only within the lock hold that made it: the requester's
+ * under qp->lock, the responder's and completer's under dev->rx_lock (and
+ * qp->lock).  ibv_dereg_mr/ibv_rereg_mr unpublish the MR and then fence
+ * both (obj/mr.c, mr_fence), so once they return no execution can still
+ * use the old translation. */
 #ifndef UROCE_MEM_H
 #define UROCE_MEM_H
 
@@ -13,19 +20,29 @@
 #include "../wire/hdr.h"
 
 /* The verdicts of a memory check (siw style) and what each means on the
- * wire and in a completion, in one place: X(name, NAK syndrome a responder
- * answers a remote access with (§5.3), status of a local work request
- * whose SGE fails it).  rxe and mlx5 answer every failed remote check with
- * the remote access error NAK and every failed lkey with LOC_PROT_ERR. */
+ * wire and in a completion, in one place: X(name,
+ *   NAK syndrome a responder answers a failed rkey with (§5.3),
+ *   status of a local work request whose SGE fails it when it executes --
+ *     a send/WRITE/READ/atomic WQE at its requester, a receive WQE at the
+ *     responder,
+ *   NAK syndrome a responder answers when the receive WQE a request
+ *     consumed fails it).
+ * rxe and mlx5 answer every failed remote check with the remote access
+ * error NAK and fail every local WQE whose lkey fails with LOC_PROT_ERR;
+ * a receive WQE that fails is the responder's own fault, so the requester
+ * is told Remote Operational Error (NAK 0x63, §5.3: rxe's
+ * RESPST_ERR_MALFORMED_WQE; pyverbs test_mr_rereg_addr/_pd expect "Remote
+ * operation error" at the sender).  rxe completes that receive
+ * LOC_QP_OP_ERR, mlx5 LOC_PROT_ERR; uroce follows mlx5. */
 #define UROCE_MEM_VERDICTS(X) \
-	X(MEM_OK, 0, IBV_WC_SUCCESS) \
-	X(MEM_KEY_INVALID, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
-	X(MEM_PD_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
-	X(MEM_ACCESS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
-	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR)
+	X(MEM_OK, 0, IBV_WC_SUCCESS, 0) \
+	X(MEM_KEY_INVALID, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
+	X(MEM_PD_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
+	X(MEM_ACCESS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
+	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP)
 
 enum uroce_mem_verdict {
-#define X(name, nak, wc) name,
+#define X(name, nak, wc, rnak) name,
 	UROCE_MEM_VERDICTS(X)
 #undef X
 };
@@ -34,6 +51,7 @@ struct uroce_mem_verdict_info {
 	const char *name;
 	uint8_t nak_syndrome;           /* AETH syndrome of the NAK; 0 for MEM_OK */
 	enum ibv_wc_status local_status;
+	uint8_t recv_nak_syndrome;      /* a receive WQE failed it; 0 for MEM_OK */
 };
 extern const struct uroce_mem_verdict_info uroce_mem_verdicts[];
 
@@ -45,14 +63,19 @@ static inline enum ibv_wc_status mem_verdict_local_status(enum uroce_mem_verdict
 {
 	return uroce_mem_verdicts[v].local_status;
 }
+static inline uint8_t mem_verdict_recv_nak(enum uroce_mem_verdict v)
+{
+	return uroce_mem_verdicts[v].recv_nak_syndrome;
+}
 static inline const char *mem_verdict_name(enum uroce_mem_verdict v)
 {
 	return uroce_mem_verdicts[v].name;
 }
 
-/* The MR table (under dev->rx_lock): a fresh key on a free index, 0 when
+/* The MR table (changed under dev->rx_lock, read by the requester under
+ * qp->lock alone, hence atomic slots): a fresh key on a free index, 0 when
  * the table is full; publish/unpublish an MR under its key; a new key on
- * the same index (ibv_rereg_mr: old rkeys stop working). */
+ * the same index (ibv_rereg_mr of the translation: old keys stop working). */
 uint32_t mem_key_alloc(void);
 void mem_mr_publish(struct uroce_mr *mr);
 void mem_mr_unpublish(struct uroce_mr *mr);
@@ -61,16 +84,25 @@ uint32_t mem_key_renew(uint32_t key);
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key);
 enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,
 				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out);
-enum uroce_mem_verdict mr_resolve_local(struct uroce_dev *dev, struct uroce_pd *pd, const struct ibv_sge *sge,
-					unsigned access, struct uroce_seg *out);
+/* Executing a WQE: bytes [off, off+len) of its SGE list, each SGE they
+ * touch checked now (lkey, PD, `access`, bounds of the bytes touched, as
+ * rxe's copy_data) and translated into host segments, at most one per SGE
+ * (out[] has room for nsge).  Returns the verdict of the first SGE that
+ * fails; *nout is the segment count.  Under qp->lock or dev->rx_lock; the
+ * segments are good only until that lock is released. */
+enum uroce_mem_verdict mem_sge_resolve(struct uroce_dev *dev, struct uroce_pd *pd, const struct uroce_sge *sge,
+				       uint32_t nsge, uint32_t off, uint32_t len, unsigned access,
+				       struct uroce_seg *out, uint32_t *nout);
+/* Place `len` bytes at offset `off` of an SGE list (LOCAL_WRITE), nothing
+ * unless every SGE they touch passes. */
+enum uroce_mem_verdict mem_sge_copy_to(struct uroce_dev *dev, struct uroce_pd *pd, const struct uroce_sge *sge,
+				       uint32_t nsge, uint32_t off, const uint8_t *src, uint32_t len);
 static inline uint8_t *mr_host(const struct uroce_mr *mr, uint64_t va)
 {
 	return mr->host + (va - mr->iova);
 }
 
-/* copy helpers over a segment list */
-void seg_copy_to(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, const uint8_t *src, uint32_t len);
-/* iovecs for `len` bytes at offset `off`; returns the iovec count used */
+/* over resolved segments: iovecs for `len` bytes at offset `off`; returns the iovec count used */
 int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max);
 
 #endif

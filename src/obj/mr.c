@@ -108,13 +108,39 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	return &mr->ibv;
 }
 
+/* Unpublish an MR and wait until no execution can still be using it.
+ * Every use of an MR -- a key looked up and its host pointer used -- lies
+ * within one hold of dev->rx_lock (responder, completer, timers) or of a
+ * qp->lock (the requester, also run by ibv_post_send with qp->lock alone;
+ * mem.h).  The MR leaves the table under rx_lock, so receive-path uses
+ * after it fail the lookup; then each QP's lock is taken and released once
+ * (rx_lock -> dev->lock -> qp->lock, the documented order), so a requester
+ * that looked the MR up before has finished, and one that starts later
+ * sees the empty slot (its lock acquisition orders it after the store).
+ * Returns with rx_lock still held, so the caller can change the MR and
+ * publish it again before any packet sees it.  O(QPs), as mlx5's dereg is
+ * a command to the device; nothing on the fast path pays for it. */
+static void mr_unpublish_fenced(struct uroce_dev *dev, struct uroce_mr *mr)
+{
+	pthread_mutex_lock(&dev->rx_lock);
+	mem_mr_unpublish(mr);
+	pthread_mutex_lock(&dev->lock);
+	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
+		pthread_mutex_lock(&qp->lock);
+		pthread_mutex_unlock(&qp->lock);
+	}
+	pthread_mutex_unlock(&dev->lock);
+}
+
+/* ibv_dereg_mr(3) while work requests still name the MR returns 0 (rxe and
+ * mlx5 do); those WQEs find the lkey gone when they execute and complete in
+ * error without touching the memory (mem.h). */
 int uroce_dereg_mr(struct ibv_mr *ibmr)
 {
 	struct uroce_mr *mr = to_umr(ibmr);
 	struct uroce_dev *dev = to_uctx(ibmr->context)->dev;
 
-	pthread_mutex_lock(&dev->rx_lock);
-	mem_mr_unpublish(mr);
+	mr_unpublish_fenced(dev, mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
 	pthread_mutex_lock(&dev->lock);
@@ -143,7 +169,10 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_CMD;
 	}
-	pthread_mutex_lock(&dev->rx_lock);
+	/* "Conceptually ... deregister followed by register" (ibv_rereg_mr(3)):
+	 * out of the table and fenced while it changes, so no execution sees
+	 * a half-changed MR or keeps using the old translation */
+	mr_unpublish_fenced(dev, mr);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->ibv.addr = addr;
 		mr->ibv.length = length;
@@ -158,8 +187,15 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 		atomic_fetch_add(&to_upd(pd)->refcnt, 1);
 		mr->ibv.pd = pd;
 	}
-	/* new keys, as a real rereg hands out (old rkeys must stop working) */
-	mr->ibv.lkey = mr->ibv.rkey = mem_key_renew(mr->ibv.lkey);
+	/* Keys: kept when only the PD and/or access change, as mlx5 does (it
+	 * changes them in place on the same mkey; pyverbs test_mr_rereg_access
+	 * goes on using the old rkey).  A new translation gets new keys: a peer
+	 * still holding the old rkey, or a WQE posted with the old lkey, meant
+	 * the old memory, and must fail (REM_ACCESS_ERR / LOC_PROT_ERR) rather
+	 * than reach whatever the new range holds at those addresses. */
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+		mr->ibv.lkey = mr->ibv.rkey = mem_key_renew(mr->ibv.lkey);
+	mem_mr_publish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	return 0;
 }

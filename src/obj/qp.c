@@ -10,6 +10,7 @@
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
 #include "../core/async.h"
+#include "../core/cq_ring.h"
 #include "../core/wake.h"
 #include "../transport/transport.h"
 
@@ -18,7 +19,7 @@
 static void qp_free(struct uroce_qp *qp)
 {
 	free(qp->sq);
-	free(qp->sq_segs);
+	free(qp->sq_sges);
 	free(qp->sq_inline);
 	free(qp->resp.res);
 	rq_fini(&qp->rq);
@@ -76,13 +77,12 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		qp->cap.max_send_sge = 1;
 	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
 	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
-	/* one extra segment slot per WQE carries inline data */
-	qp->sq_segs = calloc((size_t)qp->sq_size * (qp->cap.max_send_sge + 1), sizeof(*qp->sq_segs));
+	qp->sq_sges = calloc((size_t)qp->sq_size * qp->cap.max_send_sge, sizeof(*qp->sq_sges));
 	qp->sq_inline = qp->cap.max_inline_data ? malloc((size_t)qp->sq_size * qp->cap.max_inline_data) : NULL;
-	if (!qp->sq || !qp->sq_segs || (qp->cap.max_inline_data && !qp->sq_inline))
+	if (!qp->sq || !qp->sq_sges || (qp->cap.max_inline_data && !qp->sq_inline))
 		goto fail_nomem;
 	for (uint32_t i = 0; i < qp->sq_size; i++)
-		qp->sq[i].seg = qp->sq_segs + (size_t)i * (qp->cap.max_send_sge + 1);
+		qp->sq[i].sge = qp->sq_sges + (size_t)i * qp->cap.max_send_sge;
 	if (a->srq) {
 		qp->srq = to_usrq(a->srq);
 		qp->cap.max_recv_wr = 0;
@@ -147,7 +147,7 @@ fail_nomem:
 	err = ENOMEM;
 fail:
 	free(qp->sq);
-	free(qp->sq_segs);
+	free(qp->sq_sges);
 	free(qp->sq_inline);
 	rq_fini(&qp->rq);
 	free(qp);
@@ -384,8 +384,13 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		case IBV_QPS_RESET:
 			if (cur != IBV_QPS_RESET) {
 				/* leaving ERROR for RESET drops what is left without
-				 * completions, as a hardware reset does */
+				 * completions, as a hardware reset does, and the
+				 * completions of this QP not yet polled leave its CQs
+				 * (mlx5_cq_clean; with an SRQ only this QP's) */
 				qp_reset(qp);
+				cq_purge_qp(qp->send_cq, qp->qpn);
+				if (qp->recv_cq != qp->send_cq)
+					cq_purge_qp(qp->recv_cq, qp->qpn);
 			}
 			break;
 		case IBV_QPS_RTR:

@@ -9,11 +9,11 @@ int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge)
 	rq->max_wr = max_wr ? max_wr : 1;
 	rq->max_sge = max_sge ? max_sge : 1;
 	rq->wqe = calloc(rq->max_wr, sizeof(*rq->wqe));
-	rq->segs = calloc((size_t)rq->max_wr * rq->max_sge, sizeof(*rq->segs));
-	if (!rq->wqe || !rq->segs)
+	rq->sges = calloc((size_t)rq->max_wr * rq->max_sge, sizeof(*rq->sges));
+	if (!rq->wqe || !rq->sges)
 		return ENOMEM;
 	for (uint32_t i = 0; i < rq->max_wr; i++)
-		rq->wqe[i].seg = rq->segs + (size_t)i * rq->max_sge;
+		rq->wqe[i].sge = rq->sges + (size_t)i * rq->max_sge;
 	pthread_spin_init(&rq->lock, PTHREAD_PROCESS_PRIVATE);
 	return 0;
 }
@@ -21,7 +21,7 @@ int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge)
 void rq_fini(struct uroce_rq *rq)
 {
 	free(rq->wqe);
-	free(rq->segs);
+	free(rq->sges);
 }
 
 

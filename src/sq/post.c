@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <string.h>
 #include "../core/wr.h"
-#include "../mem/mem.h"
 #include "../transport/transport.h"
 
 
@@ -22,7 +21,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	/* inline data is what the requester sends, never a response's target */
 	bool is_inline = (wr->send_flags & IBV_SEND_INLINE) && !(op->flags & WRF_RESPONSE);
 	struct uroce_send_wqe *w = &qp->sq[qp->sq_head % qp->sq_size];
-	struct uroce_seg *segs = w->seg;
+	struct uroce_sge *sges = w->sge;
 	uint64_t total = 0;
 
 	for (int i = 0; i < wr->num_sge; i++)
@@ -30,7 +29,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	if (is_inline && total > qp->cap.max_inline_data)
 		return EINVAL;
 	memset(w, 0, sizeof(*w));
-	w->seg = segs;
+	w->sge = sges;
 	w->wr_id = wr->wr_id;
 	w->opcode = wr->opcode;
 	w->send_flags = wr->send_flags;
@@ -79,25 +78,21 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 			memcpy(buf + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			off += wr->sg_list[i].length;
 		}
-		segs[0].addr = buf;
-		segs[0].len = off;
-		w->nseg = off ? 1 : 0;
+		w->inline_data = buf;
 	} else {
-		unsigned access = (op->flags & WRF_RESPONSE) ? IBV_ACCESS_LOCAL_WRITE : 0;
+		/* the SGEs as posted: their lkeys are checked each time the WQE
+		 * executes (mem.h), as rxe and mlx5 do, so a dereg or rereg
+		 * after posting is seen (ibv_dereg_mr(3)) */
 		uint32_t n = 0;
 		for (int i = 0; i < wr->num_sge; i++) {
 			if (!wr->sg_list[i].length)
 				continue;
-			enum uroce_mem_verdict v = mr_resolve_local(qp->dev, qp->pd, &wr->sg_list[i], access, &segs[n]);
-			if (v != MEM_OK) {
-				w->status = mem_verdict_local_status(v);
-				break;
-			}
+			sges[n].addr = wr->sg_list[i].addr;
+			sges[n].length = wr->sg_list[i].length;
+			sges[n].lkey = wr->sg_list[i].lkey;
 			n++;
 		}
-		w->nseg = n;
-		if (atomic && w->status == IBV_WC_SUCCESS)
-			segs[0].len = 8;
+		w->nsge = n;
 	}
 	qp->sq_head++;
 	return 0;
@@ -131,7 +126,7 @@ int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 	return rc;
 }
 
-static int rq_post(struct uroce_dev *dev, struct uroce_pd *pd, struct uroce_rq *rq, struct ibv_recv_wr *wr)
+static int rq_post(struct uroce_rq *rq, struct ibv_recv_wr *wr)
 {
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > rq->max_sge)
 		return EINVAL;
@@ -144,19 +139,17 @@ static int rq_post(struct uroce_dev *dev, struct uroce_pd *pd, struct uroce_rq *
 	uint32_t n = 0;
 	uint64_t total = 0;
 	r->wr_id = wr->wr_id;
-	r->status = IBV_WC_SUCCESS;
+	/* checked when data is placed (responder.c, mem_sge_copy_to) */
 	for (int i = 0; i < wr->num_sge; i++) {
 		if (!wr->sg_list[i].length)
 			continue;
-		enum uroce_mem_verdict v = mr_resolve_local(dev, pd, &wr->sg_list[i], IBV_ACCESS_LOCAL_WRITE, &r->seg[n]);
-		if (v != MEM_OK) {
-			r->status = mem_verdict_local_status(v);
-			break;
-		}
+		r->sge[n].addr = wr->sg_list[i].addr;
+		r->sge[n].length = wr->sg_list[i].length;
+		r->sge[n].lkey = wr->sg_list[i].lkey;
 		total += wr->sg_list[i].length;
 		n++;
 	}
-	r->nseg = n;
+	r->nsge = n;
 	r->length = total > UINT32_MAX ? UINT32_MAX : (uint32_t)total;
 	__atomic_store_n(&rq->head, rq->head + 1, __ATOMIC_RELEASE);
 	pthread_spin_unlock(&rq->lock);
@@ -178,7 +171,7 @@ int uroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 		return EINVAL;
 	}
 	for (; wr; wr = wr->next) {
-		rc = rq_post(qp->dev, qp->pd, &qp->rq, wr);
+		rc = rq_post(&qp->rq, wr);
 		if (rc) {
 			*bad = wr;
 			break;
@@ -196,11 +189,10 @@ int uroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 int uroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct uroce_srq *srq = to_usrq(ibsrq);
-	struct uroce_dev *dev = to_uctx(ibsrq->context)->dev;
 	int rc = 0;
 
 	for (; wr; wr = wr->next) {
-		rc = rq_post(dev, to_upd(ibsrq->pd), &srq->rq, wr);
+		rc = rq_post(&srq->rq, wr);
 		if (rc) {
 			*bad = wr;
 			break;

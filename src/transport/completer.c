@@ -221,7 +221,14 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		qp_fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
 		return;
 	}
-	seg_copy_to(w->seg, w->nseg, off, pkt->payload, pkt->paylen);
+	/* the READ's local memory is checked as the data lands (mem.h): a
+	 * failed lkey, or an MR deregistered since posting, completes the WQE
+	 * LOC_PROT_ERR and the QP enters ERR (rxe's completer, mlx5) */
+	enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp->pd, w->sge, w->nsge, off, pkt->payload, pkt->paylen);
+	if (mv != MEM_OK) {
+		qp_fail_oldest(qp, mem_verdict_local_status(mv));
+		return;
+	}
 	w->resp_bytes += pkt->paylen;
 	uint32_t old_una = qp->comp.una_psn;
 	qp->comp.una_psn = psn_add(psn, 1);
@@ -247,7 +254,11 @@ static void handle_atomic_ack(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	/* the original value, in host order, into the local 8 bytes */
 	uint64_t orig = atmack_orig(pkt->bth + opinfo(pkt->opcode)->off_atmack);
-	seg_copy_to(w->seg, w->nseg, 0, (const uint8_t *)&orig, 8);
+	enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp->pd, w->sge, w->nsge, 0, (const uint8_t *)&orig, 8);
+	if (mv != MEM_OK) {
+		qp_fail_oldest(qp, mem_verdict_local_status(mv));  /* as a READ's, above */
+		return;
+	}
 	w->resp_bytes = 8;
 	uint32_t old_una = qp->comp.una_psn;
 	qp->comp.una_psn = psn_add(psn, 1);

@@ -134,10 +134,10 @@ int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out)
 	pthread_spin_lock(&rq->lock);
 	if (rq->tail != rq->head) {
 		const struct uroce_recv_wqe *r = &rq->wqe[rq->tail % rq->max_wr];
-		/* copy the segments out: once popped, post_recv may reuse the slot */
+		/* copy the SGEs out: once popped, post_recv may reuse the slot */
 		*out = *r;
-		out->seg = qp->resp.cur_recv_segs;
-		memcpy(qp->resp.cur_recv_segs, r->seg, r->nseg * sizeof(*r->seg));
+		out->sge = qp->resp.cur_recv_sges;
+		memcpy(qp->resp.cur_recv_sges, r->sge, r->nsge * sizeof(*r->sge));
 		rq->tail++;
 		rc = 0;
 	}

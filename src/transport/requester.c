@@ -15,6 +15,7 @@
 #include "tx.h"
 #include "../core/wake.h"
 #include "../core/wr.h"
+#include "../mem/mem.h"
 #include <string.h>
 
 #define READ_CHUNK_PKTS 32u
@@ -49,8 +50,32 @@ static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 	w->started = true;
 }
 
+/* The local bytes [off, off+len) of a SEND/WRITE WQE as host segments
+ * (at most UROCE_MAX_SGE), checked and translated now: every packet, a
+ * retransmission too, so a deregistered or re-registered MR is never read
+ * (mem.h).  Inline data was copied at post time.  A failed check sets the
+ * WQE's status (LOC_PROT_ERR, mem.h's table) and returns false. */
+static bool wqe_local_segs(struct uroce_qp *qp, struct uroce_send_wqe *w, uint32_t off, uint32_t len,
+			   struct uroce_seg *seg, uint32_t *nseg)
+{
+	if (w->inline_data) {
+		seg[0].addr = w->inline_data + off;
+		seg[0].len = len;
+		*nseg = len ? 1 : 0;
+		return true;
+	}
+	enum uroce_mem_verdict v = mem_sge_resolve(qp->dev, qp->pd, w->sge, w->nsge, off, len, 0, seg, nseg);
+	if (v == MEM_OK)
+		return true;
+	LOG_DBG("uroce: qp 0x%x WQE 0x%llx: local SGE fails (%s)", qp->qpn, (unsigned long long)w->wr_id,
+		mem_verdict_name(v));
+	w->status = mem_verdict_local_status(v);
+	return false;
+}
+
 /* Emit the next packet of `w`.  Returns false when the window or the
- * READ/atomic limit says wait. */
+ * READ/atomic limit says wait, or when its local memory failed the check
+ * (then w->status says so and nothing was sent). */
 static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b,
 			     bool force_ackreq)
 {
@@ -63,6 +88,13 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 	if (wqe_is_read(w) || wqe_is_atomic(w)) {
 		uint32_t limit = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
 		if (qp->req.rd_atomic_out >= limit)
+			return false;
+	}
+	struct uroce_seg seg[UROCE_MAX_SGE];
+	uint32_t nseg = 0;
+	if (!wqe_is_read(w) && !wqe_is_atomic(w)) {
+		uint32_t off = w->next_pkt * qp->pmtu;
+		if (!wqe_local_segs(qp, w, off, w->next_pkt == w->npkts - 1 ? w->length - off : qp->pmtu, seg, &nseg))
 			return false;
 	}
 	if (psn_cmp(psn, qp->req.max_psn) < 0) {
@@ -130,7 +162,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 			immdt_set_raw(h + oi->off_imm, w->imm_data);
 		if (oi->off_ieth)
 			ieth_set(h + oi->off_ieth, w->imm_data);
-		txb_add(b, oi->hdr_len, w->seg, w->nseg, off, len);
+		txb_add(b, oi->hdr_len, seg, nseg, 0, len);
 		cc_on_tx(&qp->cc, len);
 		w->next_pkt++;
 	}
@@ -164,11 +196,18 @@ void requester_run(struct uroce_qp *qp)
 			continue;
 		}
 		if (w->status != IBV_WC_SUCCESS) {
-			/* a local error found at post time: completes in order, then
-			 * the QP enters the error state (rxe behaviour) */
+			/* a local error found at post time, or when the WQE
+			 * executed (its memory failed the check: wqe_local_segs):
+			 * completes in order, then the QP enters the error state
+			 * (rxe, mlx5).  What this run completed before it (UC, UD)
+			 * is retired first, so it is at the head if nothing older
+			 * is outstanding. */
+			txb_flush(&b);
+			qp_retire_sends(qp);
+			if (qp->attr.qp_state == IBV_QPS_ERR)
+				return;
 			if (qp->sq_tail != qp->req.sq_send)
 				break;
-			txb_flush(&b);
 			qp_complete_send(qp, w, w->status);
 			qp_retire_sends(qp);
 			qp_enter_error(qp);
@@ -177,7 +216,11 @@ void requester_run(struct uroce_qp *qp)
 		if (qp->type == IBV_QPT_UD) {
 			if (qp->attr.qp_state == IBV_QPS_SQD)
 				break;
-			ud_send(qp, w, &b);
+			struct uroce_seg seg[UROCE_MAX_SGE];
+			uint32_t nseg;
+			if (!wqe_local_segs(qp, w, 0, w->length, seg, &nseg))
+				continue;  /* completes with its status above */
+			ud_send(qp, w, &b, seg, nseg);
 			w->state = WQE_SENT;
 			qp->req.sq_send++;
 			qp_complete_send(qp, w, IBV_WC_SUCCESS);
@@ -193,9 +236,14 @@ void requester_run(struct uroce_qp *qp)
 				break;
 			wqe_start(qp, w);
 		}
+		bool failed = false;
 		while (w->next_pkt < w->npkts) {
-			if (!send_next_packet(qp, w, &b, false))
-				goto out;
+			if (!send_next_packet(qp, w, &b, false)) {
+				if (w->status == IBV_WC_SUCCESS)
+					goto out;
+				failed = true;  /* its memory failed the check */
+				break;
+			}
 			/* an owed ACK rides behind the request (ack.c,
 			 * ack_defer), so the peer has the request before the ACK it
 			 * polls for; behind its first packet when the window cuts
@@ -208,6 +256,8 @@ void requester_run(struct uroce_qp *qp)
 				txb_flush(&b);  /* now, not after a batch more of packets */
 			}
 		}
+		if (failed)
+			continue;  /* completes with its status above */
 		w->state = WQE_SENT;
 		qp->req.sq_send++;
 		if (qp->type == IBV_QPT_UC) {

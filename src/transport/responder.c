@@ -17,15 +17,21 @@ enum resp_verdict {
 	RV_RNR,          /* RNR NAK: no receive WQE */
 };
 
-/* A failed memory check (never MEM_OK) answers what mem/'s verdict table
- * says (§5.3); a row without a NAK of its own is an access error. */
-static enum resp_verdict verdict_of_mem(enum uroce_mem_verdict mv)
+/* A failed memory check (never MEM_OK) answers the NAK mem/'s verdict
+ * table gives (§5.3); a row without a NAK of its own is an access error. */
+static enum resp_verdict verdict_of_nak(uint8_t syndrome)
 {
-	switch (mem_verdict_nak(mv)) {
+	switch (syndrome) {
 	case AETH_NAK_INV_REQ: return RV_INV_REQ;
 	case AETH_NAK_REM_OP: return RV_OP_ERR;
 	default: return RV_ACCESS;
 	}
+}
+
+/* ... for an rkey in a request */
+static enum resp_verdict verdict_of_mem(enum uroce_mem_verdict mv)
+{
+	return verdict_of_nak(mem_verdict_nak(mv));
 }
 
 /* A message was accepted: the MSN its ACKs carry counts it (§5.4). */
@@ -120,10 +126,6 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			qp->resp.cur_recv_valid = true;
 		}
 		qp->resp.recv_off = 0;
-		if (qp->resp.cur_recv.status != IBV_WC_SUCCESS) {
-			complete_recv(qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, NULL, false);
-			return RV_OP_ERR;
-		}
 	}
 	if (!qp->resp.cur_recv_valid)
 		return RV_INV_REQ;
@@ -133,7 +135,18 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		complete_recv(qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, NULL, false);
 		return RV_INV_REQ;
 	}
-	seg_copy_to(qp->resp.cur_recv.seg, qp->resp.cur_recv.nseg, qp->resp.recv_off, pkt->payload, pkt->paylen);
+	/* the receive WQE's memory is checked as each packet lands (mem.h):
+	 * an lkey that fails -- a bad one, or an MR deregistered or
+	 * re-registered since posting -- completes the receive in error and
+	 * NAKs the requester, both as mem.h's table says; nothing is placed */
+	enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge, qp->resp.cur_recv.nsge,
+						    qp->resp.recv_off, pkt->payload, pkt->paylen);
+	if (mv != MEM_OK) {
+		LOG_DBG("uroce: qp 0x%x receive WQE 0x%llx: SGE fails (%s)", qp->qpn,
+			(unsigned long long)qp->resp.cur_recv.wr_id, mem_verdict_name(mv));
+		complete_recv(qp, mem_verdict_local_status(mv), IBV_WC_RECV, 0, NULL, false);
+		return verdict_of_nak(mem_verdict_recv_nak(mv));
+	}
 	qp->resp.recv_off += pkt->paylen;
 	qp->resp.in_send = !(pkt->mask & OPF_LAST);
 	if (pkt->mask & OPF_LAST) {

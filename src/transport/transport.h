@@ -70,10 +70,19 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
  * READ/atomic. */
 void responder_reset(struct uroce_qp *qp);
 
+/* The PD a receive WQE's SGEs are checked against: its SRQ's, or the
+ * QP's (an SRQ has its own PD, ibv_create_srq(3)). */
+static inline struct uroce_pd *qp_recv_pd(const struct uroce_qp *qp)
+{
+	return qp->srq ? to_upd(qp->srq->ibv.pd) : qp->pd;
+}
+
 /* ud.c (§6.7, §9) */
 void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt);
-/* One UD message into `b` (its destination from the WQE). */
-void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b);
+/* One UD message into `b` (its destination from the WQE, its payload the
+ * segments the requester resolved, mem.h). */
+void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, const struct uroce_seg *seg,
+	     uint32_t nseg);
 
 /* ack.c */
 /* Owe an ACK of `psn` (msg_end: the last packet of a message, which may

@@ -45,18 +45,21 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		.wr_id = qp->resp.cur_recv.wr_id, .opcode = IBV_WC_RECV, .qp_num = qp->qpn,
 		.src_qp = deth_sqpn(deth), .wc_flags = IBV_WC_GRH,
 	};
-	if (qp->resp.cur_recv.status != IBV_WC_SUCCESS) {
-		wc.status = IBV_WC_LOC_PROT_ERR;
-	} else if (40 + (uint64_t)pkt->paylen > qp->resp.cur_recv.length) {
+	struct uroce_recv_wqe *r = &qp->resp.cur_recv;
+	if (40 + (uint64_t)pkt->paylen > r->length) {
 		/* IBA: a receive buffer too small completes in error; rxe drops
 		 * the packet silently instead (roce-wire.md §6.7) */
 		wc.status = IBV_WC_LOC_LEN_ERR;
 	} else {
+		/* the receive's memory is checked as the datagram lands (mem.h) */
 		build_grh(pkt, grh);
-		seg_copy_to(qp->resp.cur_recv.seg, qp->resp.cur_recv.nseg, 0, grh, 40);
-		seg_copy_to(qp->resp.cur_recv.seg, qp->resp.cur_recv.nseg, 40, pkt->payload, pkt->paylen);
-		wc.byte_len = 40 + pkt->paylen;
-		if (pkt->mask & OPF_IMMDT) {
+		enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), r->sge, r->nsge, 0, grh, 40);
+		if (mv == MEM_OK)
+			mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), r->sge, r->nsge, 40, pkt->payload, pkt->paylen);
+		wc.status = mem_verdict_local_status(mv);
+		if (mv == MEM_OK)
+			wc.byte_len = 40 + pkt->paylen;
+		if (mv == MEM_OK && (pkt->mask & OPF_IMMDT)) {
 			wc.imm_data = immdt_raw(pkt->bth + opinfo(pkt->opcode)->off_imm);
 			wc.wc_flags |= IBV_WC_WITH_IMM;
 		}
@@ -65,8 +68,10 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp_cq_push(qp, qp->recv_cq, &wc, bth_se(pkt->bth));
 }
 
-/* UD (§6.7): one packet per message, no ACKs, the PSN only counts. */
-void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
+/* UD (§6.7): one packet per message, no ACKs, the PSN only counts.  The
+ * payload is `seg`, the WQE's memory the requester checked just now. */
+void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, const struct uroce_seg *seg,
+	     uint32_t nseg)
 {
 	struct uroce_dev *dev = qp->dev;
 
@@ -98,7 +103,7 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b)
 	deth_set(h + oi->off_deth, w->remote_qkey, qp->qpn);
 	if (oi->off_imm)
 		immdt_set_raw(h + oi->off_imm, w->imm_data);
-	txb_add(b, oi->hdr_len, w->seg, w->nseg, 0, w->length);
+	txb_add(b, oi->hdr_len, seg, nseg, 0, w->length);
 	qp->req.snd_psn = psn_add(qp->req.snd_psn, 1);
 }
 
