@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "fake_net.h"
 #include "core/cq_ring.h"
@@ -1936,6 +1937,351 @@ static void teardown(void)
 	uroce_dev_close(dev);
 }
 
+/* ============================================================ memory at execution */
+
+/* A receive whose memory no longer holds when the SEND lands (mem.h: the
+ * receive's SGEs are checked as data is placed, not at post time): the
+ * receive completes LOC_PROT_ERR (mlx5), the requester gets NAK Remote
+ * Operational Error 0x63 (§5.3; rxe's malformed WQE) with the SEND's PSN
+ * and MSN 0, the QP enters ERR with QP_FATAL, and no byte is written. */
+static void recv_refused(struct rig *r, uint64_t wr_id, const char *what)
+{
+	struct ibv_wc wc[4];
+	struct ibv_async_event ev;
+	uint8_t d[300];
+
+	pattern(d, sizeof(d), 60);
+	queue_send(OP_RC_SEND_ONLY, r->qpn, RQ_PSN, true, d, sizeof(d));
+	deliver();
+	int n = cq_take(r->rcq, wc, 4);
+	CHECK(n == 1, "%s: %d receive completions, want 1", what, n);
+	if (n >= 1)
+		check_wc(&wc[0], wr_id, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, r->qpn, what);
+	check_nsent(1, what);
+	check_aeth(fake_sent(0), RQ_PSN, AETH_NAK_REM_OP, 0, what);
+	CHECK(qp_state(r->qp) == IBV_QPS_ERR, "%s: QP not in ERR", what);
+	CHECK(async_take(&ev) && ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == r->qp,
+	      "%s: no QP_FATAL event", what);
+}
+
+/* ibv_rereg_mr of the translation after a receive was posted (pyverbs
+ * test_mr_rereg_addr): new keys, and the receive must not land in the old
+ * buffer nor in the new one. */
+static void test_mem_recv_then_rereg_addr(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t *nbuf = aligned_alloc(4096, 4096);
+
+	async_drain();
+	if (!nbuf || !rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	memset(nbuf, 0xEE, 4096);
+	post_recv(&r, 0x601, &m, 0, 4096);
+	uint32_t lkey = m.mr->lkey, rkey = m.mr->rkey;
+	CHECK(uroce_rereg_mr(m.mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, nbuf, 4096, 0) == 0, "rereg translation");
+	CHECK(m.mr->lkey != lkey && m.mr->rkey != rkey, "a new translation kept its keys");
+	CHECK(m.mr->addr == nbuf && m.mr->length == 4096, "rereg: addr/length not the new ones");
+	recv_refused(&r, 0x601, "SEND after rereg(addr)");
+	CHECK(untouched(&m, 0, m.alloc), "the SEND landed in the old buffer");
+	bool clean = true;
+	for (int i = 0; i < 4096; i++)
+		clean = clean && nbuf[i] == 0xEE;
+	CHECK(clean, "the SEND landed in the new buffer");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	free(nbuf);
+	async_drain();
+}
+
+/* ibv_rereg_mr of the PD after a receive was posted (pyverbs
+ * test_mr_rereg_pd): the keys stay, and the receive's PD no longer
+ * matches the MR's. */
+static void test_mem_recv_then_rereg_pd(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_pd *pd2 = uroce_alloc_pd(ctx);
+
+	async_drain();
+	if (!pd2 || !rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	post_recv(&r, 0x602, &m, 0, 4096);
+	uint32_t lkey = m.mr->lkey, rkey = m.mr->rkey;
+	CHECK(uroce_rereg_mr(m.mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0, "rereg PD");
+	CHECK(m.mr->lkey == lkey && m.mr->rkey == rkey, "a PD change renewed the keys");
+	CHECK(m.mr->pd == pd2, "rereg: the MR's PD not the new one");
+	recv_refused(&r, 0x602, "SEND after rereg(PD)");
+	CHECK(untouched(&m, 0, m.alloc), "the SEND landed in an MR of another PD");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	if (pd2)
+		CHECK(uroce_dealloc_pd(pd2) == 0, "dealloc the second PD");
+	async_drain();
+}
+
+/* ibv_dereg_mr(3) of an MR a posted receive uses returns 0; the memory is
+ * unmapped, then the SEND arrives: the receive fails, nothing is touched
+ * (the old code wrote into the unmapped page: SIGSEGV). */
+static void test_mem_recv_then_dereg_munmap(void)
+{
+	struct rig r;
+	uint8_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	async_drain();
+	if (p == MAP_FAILED || !rig_up(&r))
+		goto out;
+	struct ibv_mr *mr = uroce_reg_mr_iova(pd, p, 4096, (uintptr_t)p, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr, "register the mapped page");
+	if (!mr)
+		goto out;
+	struct ibv_sge sge = { (uintptr_t)p, 4096, mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = 0x603, .sg_list = &sge, .num_sge = 1 }, *bad;
+	CHECK(uroce_post_recv(r.qp, &wr, &bad) == 0, "post_recv");
+	CHECK(uroce_dereg_mr(mr) == 0, "dereg an MR a posted receive uses");
+	CHECK(munmap(p, 4096) == 0, "munmap");
+	p = MAP_FAILED;
+	recv_refused(&r, 0x603, "SEND after dereg + munmap");
+out:
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	rig_down(&r);
+	async_drain();
+}
+
+/* A SEND posted but not yet executed (IBV_SEND_FENCE behind a READ,
+ * IBA 10.8.3.3) whose MR is then deregistered and freed: when the READ
+ * completes, the SEND fails LOC_PROT_ERR without a packet (its memory is
+ * never read) and the QP enters ERR; the READ completes first. */
+static void test_mem_send_then_dereg(void)
+{
+	struct rig r;
+	struct mem a = { 0 }, s = { 0 };
+	struct ibv_wc wc[4];
+	uint8_t d[500];
+
+	async_drain();
+	if (!rig_up(&r) || !mem_up(&a, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) ||
+	    !mem_up(&s, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge rs = { a.iova, sizeof(d), a.mr->lkey };
+	post_send(&r, 0x611, IBV_WR_RDMA_READ, &rs, 1, 0x5000, 0x99);
+	struct ibv_sge ss = { s.iova, 200, s.mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 0x612, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE,
+	}, *bad;
+	CHECK(uroce_post_send(r.qp, &wr, &bad) == 0, "post the fenced SEND");
+	check_nsent(1, "READ, and the SEND fenced behind it");
+	if (!check_out(fake_sent(0), OP_RC_READ_REQUEST, SQ_PSN, "READ request"))
+		goto out;
+	CHECK(uroce_dereg_mr(s.mr) == 0, "dereg the SEND's MR while the SEND waits");
+	s.mr = NULL;
+	mem_down(&s);  /* freed: ASan sees any read of it */
+	fake_sent_clear();
+	pattern(d, sizeof(d), 61);
+	queue_resp(OP_RC_READ_RESP_ONLY, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, d, sizeof(d));
+	deliver();
+	int n = cq_take(r.scq, wc, 4);
+	CHECK(n == 2, "%d send completions, want 2", n);
+	if (n >= 2) {
+		check_wc(&wc[0], 0x611, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "the READ");
+		check_wc(&wc[1], 0x612, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND, r.qpn, "the SEND of a deregistered MR");
+	}
+	check_nsent(0, "the SEND of a deregistered MR");
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "QP not in ERR after a local protection error");
+out:
+	mem_down(&a);
+	mem_down(&s);
+	rig_down(&r);
+	async_drain();
+}
+
+/* A retransmission after the MR was deregistered and freed: the WRITE was
+ * sent, a sequence NAK asks for its 2nd and 3rd packets again (§6.6); the
+ * go-back-N finds the lkey gone, so nothing is resent, the WRITE completes
+ * LOC_PROT_ERR and the QP enters ERR. */
+static void test_mem_resend_after_dereg(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+
+	async_drain();
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, 3000, m.mr->lkey };
+	post_send(&r, 0x621, IBV_WR_RDMA_WRITE, &sge, 1, 0x9000, 0x42);
+	check_nsent(3, "3000-byte WRITE");
+	fake_sent_clear();
+	CHECK(uroce_dereg_mr(m.mr) == 0, "dereg the WRITE's MR with the WRITE unacknowledged");
+	m.mr = NULL;
+	mem_down(&m);
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 1, AETH_NAK_PSN_SEQ, 0, NULL, 0);
+	deliver();
+	check_nsent(0, "resend of a deregistered MR's WRITE");
+	int n = cq_take(r.scq, wc, 4);
+	CHECK(n == 1, "%d send completions, want 1", n);
+	if (n >= 1)
+		check_wc(&wc[0], 0x621, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_WRITE, r.qpn, "WRITE resent after dereg");
+	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "QP not in ERR after a local protection error");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	async_drain();
+}
+
+/* A READ response or ATOMIC ACK for a WQE whose local MR was deregistered
+ * meanwhile: nothing is placed, the WQE completes LOC_PROT_ERR, ERR. */
+static void test_mem_responses_after_dereg(void)
+{
+	for (int atomic = 0; atomic < 2; atomic++) {
+		struct rig r;
+		struct mem m = { 0 };
+		struct ibv_wc wc[4];
+		struct pkt pk;
+		uint8_t d[100];
+		const char *what = atomic ? "ATOMIC ACK after dereg" : "READ response after dereg";
+
+		async_drain();
+		if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+			goto next;
+		struct ibv_sge sge = { m.iova + 64, atomic ? 8 : sizeof(d), m.mr->lkey };
+		struct ibv_send_wr wr = {
+			.wr_id = 0x631, .sg_list = &sge, .num_sge = 1,
+			.opcode = atomic ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+		}, *bad;
+		wr.wr.atomic.remote_addr = 0x10000;  /* rdma's remote_addr/rkey overlay these */
+		wr.wr.atomic.rkey = 0x77;
+		CHECK(uroce_post_send(r.qp, &wr, &bad) == 0, "%s: post", what);
+		check_nsent(1, what);
+		CHECK(uroce_dereg_mr(m.mr) == 0, "%s: dereg", what);
+		m.mr = NULL;
+		if (atomic) {
+			uint8_t *h = pkt_begin(&pk, OP_RC_ATOMIC_ACK, r.qpn, false, SQ_PSN);
+			aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, 1);
+			atmack_set(h + BTH_LEN + AETH_LEN, 0x1122334455667788ull);
+			pkt_queue(&pk, NULL, 0);
+		} else {
+			pattern(d, sizeof(d), 62);
+			queue_resp(OP_RC_READ_RESP_ONLY, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, d, sizeof(d));
+		}
+		deliver();
+		int n = cq_take(r.scq, wc, 4);
+		CHECK(n == 1, "%s: %d completions, want 1", what, n);
+		if (n >= 1)
+			check_wc(&wc[0], 0x631, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_READ, r.qpn, what);
+		CHECK(untouched(&m, 0, m.alloc), "%s: placed in a deregistered MR", what);
+		CHECK(qp_state(r.qp) == IBV_QPS_ERR, "%s: QP not in ERR", what);
+next:
+		mem_down(&m);
+		rig_down(&r);
+		async_drain();
+	}
+}
+
+/* ibv_rereg_mr(3) keeps lkey and rkey when only the access or the PD
+ * changes (mlx5; pyverbs test_mr_rereg_access writes with the old rkey),
+ * and the new access or PD is what the next request is checked against. */
+static void test_mem_rereg_keeps_keys(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_pd *pd2 = uroce_alloc_pd(ctx);
+	uint8_t d[64];
+
+	async_drain();
+	if (!pd2 || !rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	uint32_t lkey = m.mr->lkey, rkey = m.mr->rkey;
+	CHECK(uroce_rereg_mr(m.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0, "rereg access");
+	CHECK(m.mr->lkey == lkey && m.mr->rkey == rkey, "an access change renewed the keys");
+	pattern(d, sizeof(d), 63);
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova + 8, rkey, sizeof(d), d, sizeof(d));
+	deliver();
+	CHECK(!memcmp(m.host + 8, d, sizeof(d)), "WRITE with the old rkey after an access change did not land");
+	check_nsent(1, "WRITE after rereg(access)");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the WRITE after rereg(access)");
+
+	/* the PD changes: keys kept, the QP's PD no longer the MR's (§5.3) */
+	fake_sent_clear();
+	CHECK(uroce_rereg_mr(m.mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0, "rereg PD");
+	CHECK(m.mr->lkey == lkey && m.mr->rkey == rkey, "a PD change renewed the keys");
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN + 1, true, m.iova + 200, rkey, sizeof(d), d, sizeof(d));
+	deliver();
+	CHECK(untouched(&m, 200, sizeof(d)), "WRITE into an MR of another PD landed");
+	check_nsent(1, "WRITE after rereg(PD)");
+	check_aeth(fake_sent(0), RQ_PSN + 1, AETH_NAK_REM_ACCESS, 1, "NAK of the WRITE after rereg(PD)");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	if (pd2)
+		CHECK(uroce_dealloc_pd(pd2) == 0, "dealloc the second PD");
+	async_drain();
+}
+
+/* ============================================================ RESET */
+
+/* A QP moved to RESET takes its unpolled completions out of its CQs
+ * (mlx5_cq_clean); another QP's on the same CQ stay, in order. */
+static void test_reset_purges_cq(void)
+{
+	struct ibv_cq *cq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	struct rig a = { 0 }, b = { 0 };
+	struct rig *rs[2] = { &a, &b };
+	struct mem m = { 0 };
+	struct ibv_wc wc[8];
+	uint8_t d[100];
+
+	async_drain();
+	CHECK(cq, "create CQ");
+	if (!cq || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+		rs[i]->qp = uroce_create_qp(pd, &ia);
+		CHECK(rs[i]->qp && (rs[i]->qpn = rs[i]->qp->qp_num, rig_connect(rs[i], &conn_default)), "QP %d setup", i);
+		if (!rs[i]->qp)
+			goto out;
+		rs[i]->scq = rs[i]->rcq = cq;
+		post_recv(rs[i], 0x700 + 0x10 * (uint64_t)i, &m, 1024 * (uint32_t)i, 512);
+		post_recv(rs[i], 0x701 + 0x10 * (uint64_t)i, &m, 1024 * (uint32_t)i + 512, 512);
+	}
+	pattern(d, sizeof(d), 64);
+	queue_send(OP_RC_SEND_ONLY, a.qpn, RQ_PSN, true, d, sizeof(d));
+	queue_send(OP_RC_SEND_ONLY, b.qpn, RQ_PSN, true, d, sizeof(d));
+	deliver();
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+	CHECK(uroce_modify_qp(a.qp, &at, IBV_QP_STATE) == 0 && uroce_modify_qp(b.qp, &at, IBV_QP_STATE) == 0,
+	      "both QPs to ERR");
+	/* the CQ: a 0x700, b 0x710, a 0x701 flushed, b 0x711 flushed */
+	at.qp_state = IBV_QPS_RESET;
+	CHECK(uroce_modify_qp(a.qp, &at, IBV_QP_STATE) == 0, "QP a to RESET");
+	int n = cq_take(cq, wc, 8);
+	CHECK(n == 2, "after QP a's RESET: %d completions, want b's 2", n);
+	if (n >= 2) {
+		check_wc(&wc[0], 0x710, IBV_WC_SUCCESS, IBV_WC_RECV, b.qpn, "b's receive");
+		check_wc(&wc[1], 0x711, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, b.qpn, "b's flushed receive");
+	}
+	/* b's are polled: its RESET finds nothing to take, and a's new ones stay */
+	CHECK(uroce_modify_qp(b.qp, &at, IBV_QP_STATE) == 0, "QP b to RESET");
+	CHECK(cq_take(cq, wc, 8) == 0, "completions left after both RESETs");
+out:
+	for (int i = 0; i < 2; i++)
+		if (rs[i]->qp)
+			CHECK(uroce_destroy_qp(rs[i]->qp) == 0, "destroy QP %d", i);
+	if (cq)
+		CHECK(uroce_destroy_cq(cq) == 0, "destroy CQ");
+	mem_down(&m);
+	async_drain();
+}
+
 int main(void)
 {
 	static const struct { const char *name; void (*fn)(void); } tests[] = {
@@ -1982,6 +2328,14 @@ int main(void)
 		{ "timers: ACK timeout resends, then RETRY_EXC_ERR", test_timer_retry },
 		{ "timers: RNR NAK waits for its timer", test_timer_rnr },
 		{ "both: captured WRITE fed back lands, its ACK completes it", test_loopback_write },
+		{ "memory: receive posted, then rereg(addr): LOC_PROT_ERR, NAK 0x63", test_mem_recv_then_rereg_addr },
+		{ "memory: receive posted, then rereg(PD): LOC_PROT_ERR, NAK 0x63", test_mem_recv_then_rereg_pd },
+		{ "memory: receive posted, then dereg + munmap: nothing touched", test_mem_recv_then_dereg_munmap },
+		{ "memory: SEND posted, MR deregistered before it runs", test_mem_send_then_dereg },
+		{ "memory: retransmission after dereg sends nothing", test_mem_resend_after_dereg },
+		{ "memory: READ response / ATOMIC ACK after dereg placed nowhere", test_mem_responses_after_dereg },
+		{ "memory: rereg of access or PD keeps the keys", test_mem_rereg_keeps_keys },
+		{ "RESET: the QP's unpolled completions leave its CQ", test_reset_purges_cq },
 	};
 	int failed_tests = 0;
 
