@@ -2100,37 +2100,45 @@ out:
 }
 
 /* A retransmission after the MR was deregistered and freed: the WRITE was
- * sent, a sequence NAK asks for its 2nd and 3rd packets again (§6.6); the
- * go-back-N finds the lkey gone, so nothing is resent, the WRITE completes
- * LOC_PROT_ERR and the QP enters ERR. */
+ * sent, then a sequence NAK asks for its 2nd and 3rd packets again (§6.6),
+ * or the ACK timer expires (the resend of all three); the go-back-N finds
+ * the lkey gone, so nothing is resent, the WRITE completes LOC_PROT_ERR
+ * and the QP enters ERR. */
 static void test_mem_resend_after_dereg(void)
 {
-	struct rig r;
-	struct mem m = { 0 };
-	struct ibv_wc wc[4];
+	for (int timeout = 0; timeout < 2; timeout++) {
+		struct rig r;
+		struct mem m = { 0 };
+		struct ibv_wc wc[4];
+		const char *what = timeout ? "ACK timeout after dereg" : "sequence NAK after dereg";
 
-	async_drain();
-	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
-		goto out;
-	struct ibv_sge sge = { m.iova, 3000, m.mr->lkey };
-	post_send(&r, 0x621, IBV_WR_RDMA_WRITE, &sge, 1, 0x9000, 0x42);
-	check_nsent(3, "3000-byte WRITE");
-	fake_sent_clear();
-	CHECK(uroce_dereg_mr(m.mr) == 0, "dereg the WRITE's MR with the WRITE unacknowledged");
-	m.mr = NULL;
-	mem_down(&m);
-	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 1, AETH_NAK_PSN_SEQ, 0, NULL, 0);
-	deliver();
-	check_nsent(0, "resend of a deregistered MR's WRITE");
-	int n = cq_take(r.scq, wc, 4);
-	CHECK(n == 1, "%d send completions, want 1", n);
-	if (n >= 1)
-		check_wc(&wc[0], 0x621, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_WRITE, r.qpn, "WRITE resent after dereg");
-	CHECK(qp_state(r.qp) == IBV_QPS_ERR, "QP not in ERR after a local protection error");
-out:
-	mem_down(&m);
-	rig_down(&r);
-	async_drain();
+		async_drain();
+		if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+			goto next;
+		struct ibv_sge sge = { m.iova, 3000, m.mr->lkey };
+		post_send(&r, 0x621, IBV_WR_RDMA_WRITE, &sge, 1, 0x9000, 0x42);
+		check_nsent(3, "3000-byte WRITE");
+		fake_sent_clear();
+		CHECK(uroce_dereg_mr(m.mr) == 0, "%s: dereg the WRITE's MR with the WRITE unacknowledged", what);
+		m.mr = NULL;
+		mem_down(&m);  /* freed: ASan sees any read of it */
+		if (timeout) {
+			fire_timers(&r, now_ns() + 1000000000ull);
+		} else {
+			queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 1, AETH_NAK_PSN_SEQ, 0, NULL, 0);
+			deliver();
+		}
+		check_nsent(0, what);
+		int n = cq_take(r.scq, wc, 4);
+		CHECK(n == 1, "%s: %d send completions, want 1", what, n);
+		if (n >= 1)
+			check_wc(&wc[0], 0x621, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_WRITE, r.qpn, what);
+		CHECK(qp_state(r.qp) == IBV_QPS_ERR, "%s: QP not in ERR after a local protection error", what);
+next:
+		mem_down(&m);
+		rig_down(&r);
+		async_drain();
+	}
 }
 
 /* A READ response or ATOMIC ACK for a WQE whose local MR was deregistered
