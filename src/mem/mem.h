@@ -11,7 +11,7 @@
  * lookup lives only within the lock hold that made it: the requester's
  * under qp->lock, the responder's and completer's under dev->rx_lock (and
  * qp->lock).  ibv_dereg_mr/ibv_rereg_mr unpublish the MR and then fence
- * both (obj/mr.c, mr_fence), so once they return no execution can still
+ * both (obj/mr.c, mr_unpublish_fenced), so once they return no execution can still
  * use the old translation. */
 #ifndef UROCE_MEM_H
 #define UROCE_MEM_H

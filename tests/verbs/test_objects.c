@@ -1028,11 +1028,16 @@ static void g_pd_mr(void)
 			     errno, errname(errno));
 			goto dereg;
 		}
+		uint32_t lkey0 = m->lkey, rkey0 = m->rkey;
 		rc = ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
 				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				  IBV_ACCESS_REMOTE_READ);
 		check("mr_rereg_change_access", rc == 0, "expected 0 got %d (%s)", rc,
 		      rereg_name(rc));
+		/* mlx5 changes access and PD in place: the keys stay (pyverbs
+		 * test_mr_rereg_access goes on with the old rkey) */
+		check("mr_rereg_access_keeps_keys", m->lkey == lkey0 && m->rkey == rkey0,
+		      "expected lkey 0x%x rkey 0x%x got 0x%x 0x%x", lkey0, rkey0, m->lkey, m->rkey);
 		check("mr_rereg_keeps_addr_length",
 		      m->addr == buf + 13 * 4096 && m->length == 4096 && m->pd == pd,
 		      "expected addr %p length 4096 pd %p got %p %zu %p",
@@ -1070,6 +1075,8 @@ static void g_pd_mr(void)
 			check("mr_rereg_change_pd", rc == 0 && m->pd == pd2,
 			      "expected 0 and mr->pd %p got %d (%s) and %p", (void *)pd2,
 			      rc, rereg_name(rc), (void *)m->pd);
+			check("mr_rereg_pd_keeps_keys", m->lkey == lkey0 && m->rkey == rkey0,
+			      "expected lkey 0x%x rkey 0x%x got 0x%x 0x%x", lkey0, rkey0, m->lkey, m->rkey);
 			if (rc == 0) {
 				rc = ibv_dealloc_pd(pd2);
 				expect_ret("pd_dealloc_after_rereg_to_it_ebusy", EBUSY, rc);
@@ -1077,6 +1084,12 @@ static void g_pd_mr(void)
 					pd2 = NULL;
 			}
 		}
+		/* a new translation gets new keys: the old ones named the old memory */
+		rc = ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf + 14 * 4096, 4096, 0);
+		check("mr_rereg_translation_new_keys",
+		      rc == 0 && m->addr == buf + 14 * 4096 && m->lkey != lkey0 && m->rkey != rkey0,
+		      "expected 0, addr %p and keys other than 0x%x/0x%x got %d (%s), %p, 0x%x/0x%x",
+		      (void *)(buf + 14 * 4096), lkey0, rkey0, rc, rereg_name(rc), m->addr, m->lkey, m->rkey);
 		expect_ret("mr_dereg_after_rereg", 0, ibv_dereg_mr(m));
 		if (pd2)
 			expect_ret("pd_dealloc_after_rereg_mr_gone", 0, ibv_dealloc_pd(pd2));
