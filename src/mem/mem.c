@@ -9,6 +9,7 @@ const struct uroce_mem_verdict_info uroce_mem_verdicts[] = {
 };
 
 static struct uroce_mr *mr_table[UROCE_MAX_MR];
+static struct uroce_mw *mw_table[UROCE_MAX_MR]; /* the same indexes: one key space */
 static uint32_t mr_hint = 1;
 
 static uint16_t random16(void)
@@ -23,9 +24,9 @@ uint32_t mem_key_alloc(void)
 {
 	for (uint32_t i = 0; i < UROCE_MAX_MR - 1; i++) {
 		uint32_t c = (mr_hint + i) % UROCE_MAX_MR;
-		if (c && !mr_table[c]) {
+		if (c && !mr_table[c] && !mw_table[c]) {
 			mr_hint = c + 1;
-			return (uint32_t)random16() << 16 | c;
+			return mem_key_renew(c << 8);
 		}
 	}
 	return 0;
@@ -33,22 +34,38 @@ uint32_t mem_key_alloc(void)
 
 void mem_mr_publish(struct uroce_mr *mr)
 {
-	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = mr;
+	mr_table[mem_key_index(mr->ibv.lkey)] = mr;
 }
 
 void mem_mr_unpublish(struct uroce_mr *mr)
 {
-	mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)] = NULL;
+	mr_table[mem_key_index(mr->ibv.lkey)] = NULL;
+}
+
+void mem_mw_publish(uint32_t key, struct uroce_mw *mw)
+{
+	mw_table[mem_key_index(key)] = mw;
+}
+
+void mem_mw_unpublish(uint32_t key)
+{
+	mw_table[mem_key_index(key)] = NULL;
+}
+
+struct uroce_mw *mem_mw_slot(uint32_t key)
+{
+	return mw_table[mem_key_index(key)];
 }
 
 uint32_t mem_key_renew(uint32_t key)
 {
-	return (uint32_t)random16() << 16 | (key & (UROCE_MAX_MR - 1));
+	uint16_t r = random16();
+	return (uint32_t)(r >> 8) << 24 | (key & 0x00FFFF00u) | (r & 0xFFu);
 }
 
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
 {
-	struct uroce_mr *mr = mr_table[key & (UROCE_MAX_MR - 1)];
+	struct uroce_mr *mr = mr_table[mem_key_index(key)];
 	(void)dev;
 	return (mr && mr->ibv.lkey == key) ? mr : NULL;
 }

@@ -1,8 +1,10 @@
 /* Memory: the MR table and its keys, the one memory check with its named
  * verdicts, and copies over resolved segment lists.
  *
- * Keys: the low 16 bits index the MR table, the high 16 bits are random, so
- * a key is unique and not trivially guessable; lkey == rkey as on rxe.  The
+ * Keys: bits 8..23 index the key table, bits 24..31 and 0..7 are random, so
+ * a key is unique and not trivially guessable; lkey == rkey as on rxe.  An
+ * index names an MR or a memory window (mem/mw.h), never both, and the low
+ * 8 bits are the part a type 2 bind replaces (IBA 10.6.7.2.4, ibv_inc_rkey).  The
  * responder looks keys up under dev->rx_lock, and deregistration removes an
  * MR under that same lock, so no remote access can be in flight on a freed
  * MR; the transport never keeps an MR pointer across packets. */
@@ -22,7 +24,8 @@
 	X(MEM_KEY_INVALID, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
 	X(MEM_PD_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
 	X(MEM_ACCESS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
-	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR)
+	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) \
+	X(MEM_QP_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR) /* a type 2 window of another QP */
 
 enum uroce_mem_verdict {
 #define X(name, nak, wc) name,
@@ -57,6 +60,15 @@ uint32_t mem_key_alloc(void);
 void mem_mr_publish(struct uroce_mr *mr);
 void mem_mr_unpublish(struct uroce_mr *mr);
 uint32_t mem_key_renew(uint32_t key);
+static inline uint32_t mem_key_index(uint32_t key)
+{
+	return (key >> 8) & (UROCE_MAX_MR - 1);
+}
+/* The windows' slots of the same table (mem/mw.c compares the whole key). */
+struct uroce_mw;
+void mem_mw_publish(uint32_t key, struct uroce_mw *mw);
+void mem_mw_unpublish(uint32_t key);
+struct uroce_mw *mem_mw_slot(uint32_t key);
 
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key);
 enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,

@@ -88,7 +88,7 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 		errno = ENOMEM;
 		return NULL;
 	}
-	uint32_t idx = key & (UROCE_MAX_MR - 1);
+	uint32_t idx = mem_key_index(key);
 	mr->ibv.context = ibpd->context;
 	mr->ibv.pd = ibpd;
 	mr->ibv.addr = addr;
@@ -114,6 +114,12 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 	struct uroce_dev *dev = to_uctx(ibmr->context)->dev;
 
 	pthread_mutex_lock(&dev->rx_lock);
+	/* IBA 10.6.7.2.6: not while windows are bound to it -- rxe's
+	 * rxe_dereg_mr answers EINVAL (mlx5 lets it go and the windows die) */
+	if (atomic_load(&mr->nmw)) {
+		pthread_mutex_unlock(&dev->rx_lock);
+		return EINVAL;
+	}
 	mem_mr_unpublish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
