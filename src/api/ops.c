@@ -6,25 +6,6 @@
 #include <string.h>
 #include "ops.h"
 
-static struct ibv_mw *unsup_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
-{
-	(void)pd; (void)type;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-static int unsup_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
-{
-	(void)qp; (void)mw; (void)bind;
-	return EOPNOTSUPP;
-}
-
-static int unsup_dealloc_mw(struct ibv_mw *mw)
-{
-	(void)mw;
-	return EOPNOTSUPP;
-}
-
 static struct ibv_xrcd *unsup_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr)
 {
 	(void)ctx; (void)attr;
@@ -79,9 +60,9 @@ void uroce_fill_ops(struct verbs_context *v)
 	o->post_srq_recv = uroce_post_srq_recv;
 	o->poll_cq = uroce_poll_cq;
 	o->req_notify_cq = uroce_req_notify_cq;
-	o->alloc_mw = unsup_alloc_mw;
-	o->bind_mw = unsup_bind_mw;
-	o->dealloc_mw = unsup_dealloc_mw;
+	o->alloc_mw = uroce_alloc_mw;
+	o->bind_mw = uroce_bind_mw;
+	o->dealloc_mw = uroce_dealloc_mw;
 
 	v->query_port = uroce_query_port;
 	v->query_device_ex = uroce_query_device_ex;

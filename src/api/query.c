@@ -28,12 +28,13 @@ static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 	a->max_qp_wr = UROCE_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
 			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE * 0 |
-			      IBV_DEVICE_N_NOTIFY_CQ;
+			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_sge = UROCE_MAX_SGE;
 	a->max_sge_rd = UROCE_MAX_SGE;
 	a->max_cq = UROCE_MAX_CQ;
 	a->max_cqe = UROCE_MAX_CQE;
 	a->max_mr = UROCE_MAX_MR - 1;
+	a->max_mw = UROCE_MAX_MR - 1;  /* one key table for both (mem/mem.h) */
 	a->max_pd = UROCE_MAX_PD;
 	a->max_qp_rd_atom = UROCE_MAX_RD_ATOMIC;
 	a->max_res_rd_atom = UROCE_MAX_RD_ATOMIC * (UROCE_MAX_QP - 3);

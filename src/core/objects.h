@@ -46,6 +46,7 @@ struct uroce_mr {
 	uint8_t *host;        /* host address that iova maps to */
 	uint64_t length;
 	unsigned access;
+	atomic_uint nmw;      /* memory windows bound to it (mem/mw.c) */
 };
 
 
@@ -100,6 +101,12 @@ struct uroce_send_wqe {
 	uint32_t npkts;
 	uint32_t next_pkt;        /* next packet index to transmit */
 	uint32_t resp_bytes;      /* READ: bytes placed so far */
+	/* BIND_MW (mem/mw.c): the window, the MR's lkey, the range
+	 * (remote_addr, bind_len), the access; the new key is in rkey */
+	struct ibv_mw *bind_mw;
+	uint32_t bind_lkey;
+	unsigned bind_access;
+	uint64_t bind_len;
 	/* UD: the address vector of the WR */
 	uint32_t remote_qpn, remote_qkey;
 	uint8_t dgid[16];

@@ -6,7 +6,8 @@
  *   wire opcodes of an RC message's FIRST, MIDDLE, LAST and ONLY packet
  *   -- UC's are RC's | WR_UC_BASE --, the UD opcode or 0)
  * READ and atomics are one request packet whatever the message length:
- * their four wire opcodes are that request's. */
+ * their four wire opcodes are that request's.  The QP types of LOCAL_INV
+ * (RC) and BIND_MW (RC, UC) are rxe's (rxe_opcode.c). */
 #ifndef UROCE_CORE_WR_H
 #define UROCE_CORE_WR_H
 
@@ -15,7 +16,9 @@
 #include <stdint.h>
 #include "../wire/opcode.h"
 
-enum wr_kind { WRK_NONE, WRK_SEND, WRK_WRITE, WRK_READ, WRK_ATOMIC };
+/* WRK_LOCAL: executed by the requester in send-queue order, no packet and
+ * no PSN (rxe's rxe_do_local_ops): the memory-window operations of mem/mw.h */
+enum wr_kind { WRK_NONE, WRK_SEND, WRK_WRITE, WRK_READ, WRK_ATOMIC, WRK_LOCAL };
 
 enum {
 	WRF_IMM = 1u << 0,         /* carries immediate data (wr->imm_data) */
@@ -49,7 +52,9 @@ enum {
 	X(IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_WC_LEN, \
 	  WR_QPT(IBV_QPT_RC), OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, 0) \
 	X(IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_WC_LEN, \
-	  WR_QPT(IBV_QPT_RC), OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, 0)
+	  WR_QPT(IBV_QPT_RC), OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, 0) \
+	X(IBV_WR_LOCAL_INV, IBV_WC_LOCAL_INV, WRK_LOCAL, WRF_INV, WR_QPT(IBV_QPT_RC), 0, 0, 0, 0, 0) \
+	X(IBV_WR_BIND_MW, IBV_WC_BIND_MW, WRK_LOCAL, 0, WR_QPT_RC_UC, 0, 0, 0, 0, 0)
 
 struct uroce_wr_info {
 	enum wr_kind kind;              /* WRK_NONE: not offered */

@@ -13,6 +13,7 @@ const struct uroce_mem_verdict_info uroce_mem_verdicts[] = {
  * slots: an MR's fields are set before it is published (release) and
  * changed only while it is unpublished and fenced (obj/mr.c). */
 static struct uroce_mr *mr_table[UROCE_MAX_MR];
+static struct uroce_mw *mw_table[UROCE_MAX_MR]; /* the same indexes: one key space */
 static uint32_t mr_hint = 1;
 
 static uint16_t random16(void)
@@ -27,9 +28,9 @@ uint32_t mem_key_alloc(void)
 {
 	for (uint32_t i = 0; i < UROCE_MAX_MR - 1; i++) {
 		uint32_t c = (mr_hint + i) % UROCE_MAX_MR;
-		if (c && !__atomic_load_n(&mr_table[c], __ATOMIC_RELAXED)) {
+		if (c && !__atomic_load_n(&mr_table[c], __ATOMIC_RELAXED) && !__atomic_load_n(&mw_table[c], __ATOMIC_RELAXED)) {
 			mr_hint = c + 1;
-			return (uint32_t)random16() << 16 | c;
+			return mem_key_renew(c << 8);
 		}
 	}
 	return 0;
@@ -37,22 +38,38 @@ uint32_t mem_key_alloc(void)
 
 void mem_mr_publish(struct uroce_mr *mr)
 {
-	__atomic_store_n(&mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)], mr, __ATOMIC_RELEASE);
+	__atomic_store_n(&mr_table[mem_key_index(mr->ibv.lkey)], mr, __ATOMIC_RELEASE);
 }
 
 void mem_mr_unpublish(struct uroce_mr *mr)
 {
-	__atomic_store_n(&mr_table[mr->ibv.lkey & (UROCE_MAX_MR - 1)], NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&mr_table[mem_key_index(mr->ibv.lkey)], NULL, __ATOMIC_RELEASE);
+}
+
+void mem_mw_publish(uint32_t key, struct uroce_mw *mw)
+{
+	__atomic_store_n(&mw_table[mem_key_index(key)], mw, __ATOMIC_RELEASE);
+}
+
+void mem_mw_unpublish(uint32_t key)
+{
+	__atomic_store_n(&mw_table[mem_key_index(key)], NULL, __ATOMIC_RELEASE);
+}
+
+struct uroce_mw *mem_mw_slot(uint32_t key)
+{
+	return __atomic_load_n(&mw_table[mem_key_index(key)], __ATOMIC_ACQUIRE);
 }
 
 uint32_t mem_key_renew(uint32_t key)
 {
-	return (uint32_t)random16() << 16 | (key & (UROCE_MAX_MR - 1));
+	uint16_t r = random16();
+	return (uint32_t)(r >> 8) << 24 | (key & 0x00FFFF00u) | (r & 0xFFu);
 }
 
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key)
 {
-	struct uroce_mr *mr = __atomic_load_n(&mr_table[key & (UROCE_MAX_MR - 1)], __ATOMIC_ACQUIRE);
+	struct uroce_mr *mr = __atomic_load_n(&mr_table[mem_key_index(key)], __ATOMIC_ACQUIRE);
 	(void)dev;
 	return (mr && mr->ibv.lkey == key) ? mr : NULL;
 }

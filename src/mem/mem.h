@@ -1,8 +1,10 @@
 /* Memory: the MR table and its keys, the one memory check with its named
  * verdicts, and the execution-time translation of a WQE's SGEs.
  *
- * Keys: the low 16 bits index the MR table, the high 16 bits are random, so
- * a key is unique and not trivially guessable; lkey == rkey as on rxe.
+ * Keys: bits 8..23 index the key table, bits 24..31 and 0..7 are random, so
+ * a key is unique and not trivially guessable; lkey == rkey as on rxe.  An
+ * index names an MR or a memory window (mem/mw.h), never both, and the low
+ * 8 bits are the part a type 2 bind replaces (IBA 10.6.7.2.4, ibv_inc_rkey).
  *
  * When memory is checked (docs/architecture.md, "Where memory is checked,
  * and when"): every key -- an rkey in a request, an lkey in a WQE -- is
@@ -39,7 +41,8 @@
 	X(MEM_KEY_INVALID, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
 	X(MEM_PD_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
 	X(MEM_ACCESS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
-	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP)
+	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
+	X(MEM_QP_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) /* a type 2 window of another QP */
 
 enum uroce_mem_verdict {
 #define X(name, nak, wc, rnak) name,
@@ -80,6 +83,15 @@ uint32_t mem_key_alloc(void);
 void mem_mr_publish(struct uroce_mr *mr);
 void mem_mr_unpublish(struct uroce_mr *mr);
 uint32_t mem_key_renew(uint32_t key);
+static inline uint32_t mem_key_index(uint32_t key)
+{
+	return (key >> 8) & (UROCE_MAX_MR - 1);
+}
+/* The windows' slots of the same table (mem/mw.c compares the whole key). */
+struct uroce_mw;
+void mem_mw_publish(uint32_t key, struct uroce_mw *mw);
+void mem_mw_unpublish(uint32_t key);
+struct uroce_mw *mem_mw_slot(uint32_t key);
 
 struct uroce_mr *mr_get(struct uroce_dev *dev, uint32_t key);
 enum uroce_mem_verdict mr_check_remote(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t rkey,

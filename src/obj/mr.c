@@ -88,7 +88,7 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 		errno = ENOMEM;
 		return NULL;
 	}
-	uint32_t idx = key & (UROCE_MAX_MR - 1);
+	uint32_t idx = mem_key_index(key);
 	mr->ibv.context = ibpd->context;
 	mr->ibv.pd = ibpd;
 	mr->ibv.addr = addr;
@@ -117,12 +117,11 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
  * (rx_lock -> dev->lock -> qp->lock, the documented order), so a requester
  * that looked the MR up before has finished, and one that starts later
  * sees the empty slot (its lock acquisition orders it after the store).
- * Returns with rx_lock still held, so the caller can change the MR and
+ * Called and returns with rx_lock held, so the caller can change the MR and
  * publish it again before any packet sees it.  O(QPs), as mlx5's dereg is
  * a command to the device; nothing on the fast path pays for it. */
 static void mr_unpublish_fenced(struct uroce_dev *dev, struct uroce_mr *mr)
 {
-	pthread_mutex_lock(&dev->rx_lock);
 	mem_mr_unpublish(mr);
 	pthread_mutex_lock(&dev->lock);
 	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
@@ -140,6 +139,13 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 	struct uroce_mr *mr = to_umr(ibmr);
 	struct uroce_dev *dev = to_uctx(ibmr->context)->dev;
 
+	pthread_mutex_lock(&dev->rx_lock);
+	/* IBA 10.6.7.2.6: not while windows are bound to it -- rxe's
+	 * rxe_dereg_mr answers EINVAL (mlx5 lets it go and the windows die) */
+	if (atomic_load(&mr->nmw)) {
+		pthread_mutex_unlock(&dev->rx_lock);
+		return EINVAL;
+	}
 	mr_unpublish_fenced(dev, mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
@@ -172,6 +178,14 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 	/* "Conceptually ... deregister followed by register" (ibv_rereg_mr(3)):
 	 * out of the table and fenced while it changes, so no execution sees
 	 * a half-changed MR or keeps using the old translation */
+	pthread_mutex_lock(&dev->rx_lock);
+	/* IBA 10.6.7.2.6 as for deregistration: not while windows are bound
+	 * to it (their ranges were checked against this translation) */
+	if (atomic_load(&mr->nmw)) {
+		pthread_mutex_unlock(&dev->rx_lock);
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 	mr_unpublish_fenced(dev, mr);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->ibv.addr = addr;

@@ -11,6 +11,10 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, u
 int uroce_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
 int uroce_dereg_mr(struct ibv_mr *mr);
 
+struct ibv_mw *uroce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int uroce_dealloc_mw(struct ibv_mw *mw);
+int uroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx);
 int uroce_destroy_comp_channel(struct ibv_comp_channel *ch);
 struct ibv_cq *uroce_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,

@@ -53,6 +53,19 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		w->sgid_index = ah->attr.grh.sgid_index;
 		w->tclass = ah->attr.grh.traffic_class;
 	}
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		/* executed by the requester (mem/mw.c); what it binds is checked there */
+		const struct ibv_mw_bind_info *bi = &wr->bind_mw.bind_info;
+		if (!wr->bind_mw.mw || wr->bind_mw.mw->context != qp->ibv.qp_base.context ||
+		    (bi->mr && bi->mr->context != qp->ibv.qp_base.context))
+			return EINVAL;
+		w->bind_mw = wr->bind_mw.mw;
+		w->rkey = wr->bind_mw.rkey;
+		w->bind_lkey = bi->mr ? bi->mr->lkey : 0;
+		w->remote_addr = bi->addr;
+		w->bind_len = bi->mr ? bi->length : 0;
+		w->bind_access = bi->mw_access_flags;
+	}
 	if (op->flags & WRF_IMM)
 		w->imm_data = wr->imm_data;
 	else if (op->flags & WRF_INV)

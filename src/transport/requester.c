@@ -16,6 +16,7 @@
 #include "../core/wake.h"
 #include "../core/wr.h"
 #include "../mem/mem.h"
+#include "../mem/mw.h"
 #include <string.h>
 
 #define READ_CHUNK_PKTS 32u
@@ -182,6 +183,7 @@ void requester_reset(struct uroce_qp *qp)
 void requester_run(struct uroce_qp *qp)
 {
 	TXB_ON_STACK(b, UROCE_TX_BATCH);
+	bool local_done = false;
 
 	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->comp.rnr_wait)
 		return;
@@ -224,6 +226,21 @@ void requester_run(struct uroce_qp *qp)
 			w->state = WQE_SENT;
 			qp->req.sq_send++;
 			qp_complete_send(qp, w, IBV_WC_SUCCESS);
+			continue;
+		}
+		if (!w->started && wr_info(w->opcode)->kind == WRK_LOCAL) {
+			if (qp->attr.qp_state == IBV_QPS_SQD)
+				break;
+			/* a memory-window operation runs here, in send-queue order,
+			 * with no packet (rxe_do_local_ops); a refused one completes
+			 * with its error at the head, then the QP enters ERR */
+			w->status = mw_local_op(qp, w);
+			if (w->status != IBV_WC_SUCCESS)
+				continue;
+			w->started = true;
+			qp->req.sq_send++;
+			qp_complete_send(qp, w, IBV_WC_SUCCESS);
+			local_done = true;
 			continue;
 		}
 		if (!w->started) {
@@ -271,7 +288,7 @@ out:
 	if (qp->ack.owed && b.added)
 		ack_ride(qp, &b);
 	txb_flush(&b);
-	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD)
+	if (qp->type == IBV_QPT_UC || qp->type == IBV_QPT_UD || local_done)
 		qp_retire_sends(qp);
 	requester_arm_timer(qp);
 }

@@ -8,6 +8,7 @@
 #include "../core/async.h"
 #include "../core/cq_ring.h"
 #include "../mem/mem.h"
+#include "../mem/mw.h"
 
 enum resp_verdict {
 	RV_OK,
@@ -150,6 +151,15 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	qp->resp.recv_off += pkt->paylen;
 	qp->resp.in_send = !(pkt->mask & OPF_LAST);
 	if (pkt->mask & OPF_LAST) {
+		/* SEND_WITH_INVALIDATE: the IETH's window is revoked as the
+		 * message completes; one this QP may not invalidate is a class J
+		 * error -- rxe completes the receive REM_INV_REQ_ERR and the QP
+		 * enters ERR; the requester is told by an invalid request NAK */
+		if ((pkt->mask & OPF_IETH) &&
+		    !mw_invalidate_remote(qp, ieth_rkey(pkt->bth + opinfo(pkt->opcode)->off_ieth))) {
+			complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, NULL, false);
+			return RV_INV_REQ;
+		}
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->resp.recv_off, pkt, bth_se(pkt->bth));
 		msn_next(qp);
 	}
@@ -170,7 +180,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		qp->resp.write_left = reth_len(reth);
 		/* zero-length writes touch no memory: no key check (IBA 9.4.3) */
 		if (qp->resp.write_left &&
-		    (mv = mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
+		    (mv = rkey_check_remote(qp, qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		qp_set_in_write(qp, true);
@@ -188,7 +198,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	if (pkt->paylen) {
 		/* re-resolve per packet: no MR pointer is kept across packets */
-		if ((mv = mr_check_remote(qp->dev, qp->pd, qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
+		if ((mv = rkey_check_remote(qp, qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		memcpy(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);
@@ -222,7 +232,7 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 	uint32_t n = r->last_psn == r->first_psn ? 1 : (uint32_t)psn_cmp(r->last_psn, r->first_psn) + 1;
 	uint32_t i0 = (uint32_t)psn_cmp(from_psn, r->first_psn);
 
-	if (r->length && mr_check_remote(qp->dev, qp->pd, r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
+	if (r->length && rkey_check_remote(qp, r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
 		return; /* the region went away since: let the requester time out */
 	struct uroce_seg seg = { mr ? mr_host(mr, r->va) : NULL, r->length };
 	ack_flush_owed(qp);
@@ -264,7 +274,7 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 		return RV_INV_REQ;
 	if (len > UROCE_MAX_MSG)
 		return RV_INV_REQ;
-	if (len && (mv = mr_check_remote(qp->dev, qp->pd, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr)) != MEM_OK)
+	if (len && (mv = rkey_check_remote(qp, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr)) != MEM_OK)
 		return verdict_of_mem(mv);
 	uint32_t n = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	struct uroce_rd_res *r = res_alloc(qp);
@@ -305,7 +315,7 @@ static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		return RV_INV_REQ;
 	if (va & 7)
 		return RV_INV_REQ; /* misaligned atomic (§5.3) */
-	if ((mv = mr_check_remote(qp->dev, qp->pd, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr)) != MEM_OK)
+	if ((mv = rkey_check_remote(qp, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr)) != MEM_OK)
 		return verdict_of_mem(mv);
 	uint64_t *target = (uint64_t *)(void *)mr_host(mr, va);
 	uint64_t orig;

@@ -15,6 +15,7 @@
 #include "core/cq_ring.h"
 #include "exec/exec.h"
 #include "obj/obj.h"
+#include <errno.h>
 #include "sq/sq.h"
 #include "transport/transport.h"
 #include "wire/hdr.h"
@@ -545,7 +546,7 @@ out:
 static void test_resp_write_bad_rkey(void)
 {
 	/* same table index, other random part: a key never handed out */
-	write_refused("bad rkey", 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 64, 256, 0x5a5a0000u);
+	write_refused("bad rkey", 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 64, 256, 0x5a0000a5u);
 }
 
 static void test_resp_write_past_end(void)
@@ -1889,6 +1890,470 @@ out:
 	rig_down(&b);
 }
 
+/* ============================================================ memory windows */
+
+/* Two rigs of the device connected to each other (as test_loopback_write):
+ * `a` the requester, `b` the target, whose `dst` MR (MW_BIND, local write,
+ * no remote access of its own) the windows are bound over, so that every
+ * remote access below can only come through a window (mem/mw.h). */
+struct mwfix {
+	struct rig a, b;
+	struct mem src, dst, rbuf;
+	struct ibv_mw *mw;
+};
+
+#define MW_OFF 1024u   /* the windows: dst bytes [MW_OFF, MW_OFF + MW_LEN) */
+#define MW_LEN 2048u
+
+/* What a and b send, fed back until nobody sends (both directions). */
+static void pump(void)
+{
+	for (int round = 0; round < 16 && fake_sent_count(); round++) {
+		unsigned n = fake_sent_count();
+		for (unsigned i = 0; i < n; i++)
+			fake_rx_queue_sent(fake_sent(i));
+		fake_sent_clear();
+		deliver();
+	}
+}
+
+static bool mw_up(struct mwfix *f, unsigned dst_access)
+{
+	memset(f, 0, sizeof(*f));
+	async_drain();
+	if (!rig_create(&f->a) || !rig_create(&f->b))
+		return false;
+	struct conn ca = conn_default, cb = conn_default;
+	ca.dgid = cb.dgid = local_gid;
+	ca.dqpn = f->b.qpn;
+	cb.dqpn = f->a.qpn;
+	ca.sq_psn = cb.rq_psn = 0x1000;
+	cb.sq_psn = ca.rq_psn = 0x2000;
+	bool ok = rig_connect(&f->a, &ca) && rig_connect(&f->b, &cb) &&
+		  mem_up(&f->src, 4096, 4096, IBV_ACCESS_LOCAL_WRITE) &&
+		  mem_up(&f->dst, 8192, 8192, dst_access) &&
+		  mem_up(&f->rbuf, 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(ok, "window rigs");
+	pattern(f->src.host, 4096, 91);
+	return ok;
+}
+
+static void mw_down(struct mwfix *f)
+{
+	if (f->mw)
+		CHECK(uroce_dealloc_mw(f->mw) == 0, "dealloc MW");
+	mem_down(&f->src);
+	mem_down(&f->dst);
+	mem_down(&f->rbuf);
+	rig_down(&f->a);
+	rig_down(&f->b);
+	async_drain();
+}
+
+/* Post a BIND_MW on r's send queue: the completion's status (it must be
+ * the only one, opcode IBV_WC_BIND_MW when it succeeds). */
+static enum ibv_wc_status bind_wr(struct rig *r, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr,
+				  uint64_t len, unsigned access, uint32_t rkey)
+{
+	struct ibv_send_wr wr = { .wr_id = 0xb1, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_wc wc[2];
+
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){ .mr = mr, .addr = addr, .length = len,
+							  .mw_access_flags = access };
+	CHECK(uroce_post_send(r->qp, &wr, &bad) == 0, "post BIND_MW");
+	if (cq_take(r->scq, wc, 2) != 1) {
+		CHECK(0, "BIND_MW: not one completion");
+		return IBV_WC_GENERAL_ERR;
+	}
+	check_wc(&wc[0], 0xb1, wc[0].status, IBV_WC_BIND_MW, r->qpn, "BIND_MW");
+	return wc[0].status;
+}
+
+/* A type 2 window of b over dst [MW_OFF, +MW_LEN) with `access`, bound by
+ * b's QP; the key's low 8 bits are the bind's (IBA 10.6.7.2.4). */
+static bool mw2_bound(struct mwfix *f, unsigned access)
+{
+	f->mw = uroce_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(f->mw, "alloc MW type 2");
+	if (!f->mw)
+		return false;
+	uint32_t want = ibv_inc_rkey(f->mw->rkey);
+	enum ibv_wc_status st = bind_wr(&f->b, f->mw, f->dst.mr, f->dst.iova + MW_OFF, MW_LEN, access, want);
+	CHECK(st == IBV_WC_SUCCESS, "BIND_MW of a type 2 window: status %d", st);
+	CHECK(f->mw->rkey == want, "window rkey 0x%x after the bind, expected 0x%x", f->mw->rkey, want);
+	return st == IBV_WC_SUCCESS;
+}
+
+/* a's signaled WQE: its one completion's status. */
+static enum ibv_wc_status a_status(struct mwfix *f, uint64_t wr_id, enum ibv_wc_opcode op, const char *what)
+{
+	struct ibv_wc wc[2];
+	if (cq_take(f->a.scq, wc, 2) != 1) {
+		CHECK(0, "%s: not one completion at the requester", what);
+		return IBV_WC_GENERAL_ERR;
+	}
+	check_wc(&wc[0], wr_id, wc[0].status, op, f->a.qpn, what);
+	return wc[0].status;
+}
+
+/* a WRITEs `len` bytes of src to b at `va` with `rkey`: a's status. */
+static enum ibv_wc_status write_to_b(struct mwfix *f, uint64_t va, uint32_t rkey, uint32_t len, const char *what)
+{
+	struct ibv_sge sge = { f->src.iova, len, f->src.mr->lkey };
+	post_send(&f->a, 0xa1, IBV_WR_RDMA_WRITE, &sge, 1, va, rkey);
+	pump();
+	return a_status(f, 0xa1, IBV_WC_RDMA_WRITE, what);
+}
+
+/* A refused remote access, seen from both sides: REM_ACCESS_ERR at the
+ * requester (NAK 0x62, §5.3), the target's QP in ERROR with QP_FATAL, and
+ * not a byte of the target's memory written. */
+static void refused_both_sides(struct mwfix *f, enum ibv_wc_status st, const char *what)
+{
+	struct ibv_async_event ev;
+	bool fatal = false;
+
+	CHECK(st == IBV_WC_REM_ACCESS_ERR, "%s: requester status %d, expected REM_ACCESS_ERR", what, st);
+	CHECK(qp_state(f->a.qp) == IBV_QPS_ERR, "%s: requester QP not in ERROR", what);
+	CHECK(qp_state(f->b.qp) == IBV_QPS_ERR, "%s: target QP not in ERROR", what);
+	while (async_take(&ev))
+		fatal |= ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == f->b.qp;
+	CHECK(fatal, "%s: no QP_FATAL on the target", what);
+	CHECK(untouched(&f->dst, 0, f->dst.alloc), "%s: target memory written", what);
+}
+
+#define DST_MW_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)
+
+/* A bound type 2 window: a WRITE inside it lands and nothing else moves;
+ * a READ of it returns those bytes (the window's rkey through its QP). */
+static void test_mw_type2_access(void)
+{
+	struct mwfix f;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw2_bound(&f, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+		goto out;
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF + 100, f.mw->rkey, 600, "WRITE through a window");
+	CHECK(st == IBV_WC_SUCCESS, "WRITE through a window: status %d", st);
+	CHECK(!memcmp(f.dst.host + MW_OFF + 100, f.src.host, 600), "WRITE through a window: bytes not there");
+	CHECK(untouched(&f.dst, 0, MW_OFF + 100) && untouched(&f.dst, MW_OFF + 700, f.dst.alloc - MW_OFF - 700),
+	      "WRITE through a window wrote outside its range");
+	/* the window's last byte is inside it */
+	st = write_to_b(&f, f.dst.iova + MW_OFF + MW_LEN - 1, f.mw->rkey, 1, "WRITE of the window's last byte");
+	CHECK(st == IBV_WC_SUCCESS, "WRITE of the window's last byte: status %d", st);
+	struct ibv_sge sge = { f.src.iova + 2048, 600, f.src.mr->lkey };
+	post_send(&f.a, 0xa2, IBV_WR_RDMA_READ, &sge, 1, f.dst.iova + MW_OFF + 100, f.mw->rkey);
+	pump();
+	st = a_status(&f, 0xa2, IBV_WC_RDMA_READ, "READ through a window");
+	CHECK(st == IBV_WC_SUCCESS, "READ through a window: status %d", st);
+	CHECK(!memcmp(f.src.host + 2048, f.src.host, 600), "READ through a window: bytes");
+	/* the MR cannot go while the window is bound (IBA 10.6.7.2.6, rxe) */
+	CHECK(uroce_dereg_mr(f.dst.mr) == EINVAL, "dereg of an MR with a bound window not refused EINVAL");
+out:
+	mw_down(&f);
+}
+
+/* A zero-based type 2 window: addresses are offsets into the window. */
+static void test_mw_zero_based(void)
+{
+	struct mwfix f;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw2_bound(&f, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED))
+		goto out;
+	enum ibv_wc_status st = write_to_b(&f, 100, f.mw->rkey, 300, "WRITE at offset 100 of a zero-based window");
+	CHECK(st == IBV_WC_SUCCESS, "zero-based WRITE: status %d", st);
+	CHECK(!memcmp(f.dst.host + MW_OFF + 100, f.src.host, 300), "zero-based WRITE: not at the window's offset");
+	CHECK(untouched(&f.dst, 0, MW_OFF + 100) && untouched(&f.dst, MW_OFF + 400, f.dst.alloc - MW_OFF - 400),
+	      "zero-based WRITE outside its range");
+	/* offset MW_LEN - 100, 200 bytes: past the window */
+	memset(f.dst.host + MW_OFF + 100, 0xEE, 300);
+	st = write_to_b(&f, MW_LEN - 100, f.mw->rkey, 200, "zero-based WRITE past the window");
+	refused_both_sides(&f, st, "zero-based WRITE past the window");
+out:
+	mw_down(&f);
+}
+
+/* A WRITE of `len` bytes at dst offset `off` through a type 2 window with
+ * `access`, refused: past or before the window though inside the MR, or
+ * an access the window does not give. */
+static void window_refused(const char *what, unsigned access, uint32_t off, uint32_t len)
+{
+	struct mwfix f;
+	if (mw_up(&f, DST_MW_ACCESS) && mw2_bound(&f, access))
+		refused_both_sides(&f, write_to_b(&f, f.dst.iova + off, f.mw->rkey, len, what), what);
+	mw_down(&f);
+}
+
+static void test_mw_past_bounds(void)
+{
+	window_refused("WRITE past the window's end", IBV_ACCESS_REMOTE_WRITE, MW_OFF + MW_LEN - 100, 200);
+	window_refused("WRITE starting before the window", IBV_ACCESS_REMOTE_WRITE, MW_OFF - 8, 64);
+}
+
+static void test_mw_access_lacking(void)
+{
+	window_refused("WRITE to a read-only window", IBV_ACCESS_REMOTE_READ, MW_OFF, 64);
+}
+
+/* Post a LOCAL_INV of rkey on r's send queue: its one completion's status. */
+static enum ibv_wc_status local_inv(struct rig *r, uint32_t rkey)
+{
+	struct ibv_send_wr wr = { .wr_id = 0xb2, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED,
+				  .invalidate_rkey = rkey }, *bad;
+	struct ibv_wc wc[2];
+
+	CHECK(uroce_post_send(r->qp, &wr, &bad) == 0, "post LOCAL_INV");
+	if (cq_take(r->scq, wc, 2) != 1) {
+		CHECK(0, "LOCAL_INV: not one completion");
+		return IBV_WC_GENERAL_ERR;
+	}
+	check_wc(&wc[0], 0xb2, wc[0].status, IBV_WC_LOCAL_INV, r->qpn, "LOCAL_INV");
+	return wc[0].status;
+}
+
+/* Revoked by LOCAL_INV: completes IBV_WC_LOCAL_INV; the rkey is dead. */
+static void test_mw_local_inv(void)
+{
+	struct mwfix f;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw2_bound(&f, IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	enum ibv_wc_status st = local_inv(&f.b, f.mw->rkey);
+	CHECK(st == IBV_WC_SUCCESS, "LOCAL_INV of a bound type 2 window: status %d", st);
+	st = write_to_b(&f, f.dst.iova + MW_OFF, f.mw->rkey, 64, "WRITE after LOCAL_INV");
+	refused_both_sides(&f, st, "WRITE with an rkey revoked by LOCAL_INV");
+out:
+	mw_down(&f);
+}
+
+/* Revoked by the peer's SEND_WITH_INVALIDATE: the receive completes with
+ * IBV_WC_WITH_INV and the invalidated rkey; the rkey is dead after it. */
+static void test_mw_send_with_inv(void)
+{
+	struct mwfix f;
+	struct ibv_wc wc[2];
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw2_bound(&f, IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	post_recv(&f.b, 0xc1, &f.rbuf, 0, 4096);
+	struct ibv_sge sge = { f.src.iova, 100, f.src.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0xa3, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+				  .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = f.mw->rkey }, *bad;
+	CHECK(uroce_post_send(f.a.qp, &wr, &bad) == 0, "post SEND_WITH_INV");
+	pump();
+	enum ibv_wc_status st = a_status(&f, 0xa3, IBV_WC_SEND, "SEND_WITH_INV");
+	CHECK(st == IBV_WC_SUCCESS, "SEND_WITH_INV: status %d", st);
+	CHECK(cq_take(f.b.rcq, wc, 2) == 1, "SEND_WITH_INV: not one receive completion");
+	check_wc(&wc[0], 0xc1, IBV_WC_SUCCESS, IBV_WC_RECV, f.b.qpn, "receive of a SEND_WITH_INV");
+	CHECK((wc[0].wc_flags & IBV_WC_WITH_INV) && wc[0].invalidated_rkey == f.mw->rkey,
+	      "receive of a SEND_WITH_INV: flags 0x%x invalidated_rkey 0x%x", wc[0].wc_flags, wc[0].invalidated_rkey);
+	CHECK(!memcmp(f.rbuf.host, f.src.host, 100), "SEND_WITH_INV: payload");
+	st = write_to_b(&f, f.dst.iova + MW_OFF, f.mw->rkey, 64, "WRITE after SEND_WITH_INV");
+	refused_both_sides(&f, st, "WRITE with an rkey revoked by SEND_WITH_INV");
+out:
+	mw_down(&f);
+}
+
+/* Deallocated: the rkey of a freed window is refused. */
+static void test_mw_dealloc(void)
+{
+	struct mwfix f;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw2_bound(&f, IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	uint32_t rkey = f.mw->rkey;
+	CHECK(uroce_dealloc_mw(f.mw) == 0, "dealloc a bound window");
+	f.mw = NULL;
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, rkey, 64, "WRITE after dealloc");
+	refused_both_sides(&f, st, "WRITE with a deallocated window's rkey");
+out:
+	mw_down(&f);
+}
+
+/* A type 2 window bound by another QP (c, same PD) is not b's. */
+static void test_mw_type2_other_qp(void)
+{
+	struct mwfix f;
+	struct rig c;
+	memset(&c, 0, sizeof(c));
+	if (!mw_up(&f, DST_MW_ACCESS) || !rig_up(&c))
+		goto out;
+	f.mw = uroce_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(f.mw, "alloc MW type 2");
+	if (!f.mw)
+		goto out;
+	uint32_t key = ibv_inc_rkey(f.mw->rkey);
+	CHECK(bind_wr(&c, f.mw, f.dst.mr, f.dst.iova + MW_OFF, MW_LEN, IBV_ACCESS_REMOTE_WRITE, key) ==
+	      IBV_WC_SUCCESS, "BIND_MW by QP c");
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, key, 64, "WRITE through another QP");
+	refused_both_sides(&f, st, "a type 2 window used through another QP");
+out:
+	mw_down(&f);
+	rig_down(&c);
+}
+
+/* A type 1 window of another PD (bound to an MR of that PD) is refused
+ * through b, whose QP is of `pd`. */
+static void test_mw_other_pd(void)
+{
+	struct mwfix f;
+	struct ibv_pd *pd2 = NULL;
+	struct ibv_mr *mr2 = NULL;
+	struct ibv_mw *mw2 = NULL;
+	struct ibv_wc wc[2];
+
+	if (!mw_up(&f, DST_MW_ACCESS))
+		goto out;
+	pd2 = uroce_alloc_pd(ctx);
+	mr2 = pd2 ? uroce_reg_mr_iova(pd2, f.dst.host, 8192, f.dst.iova, DST_MW_ACCESS) : NULL;
+	mw2 = mr2 ? uroce_alloc_mw(pd2, IBV_MW_TYPE_1) : NULL;
+	CHECK(mw2, "PD 2, its MR and its type 1 window");
+	if (!mw2)
+		goto out;
+	struct ibv_mw_bind b = { .wr_id = 0xb3, .send_flags = IBV_SEND_SIGNALED,
+				 .bind_info = { .mr = mr2, .addr = f.dst.iova + MW_OFF, .length = MW_LEN,
+						.mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+	uint32_t old = mw2->rkey;
+	CHECK(uroce_bind_mw(f.b.qp, mw2, &b) == 0, "ibv_bind_mw type 1");
+	CHECK(mw2->rkey == ibv_inc_rkey(old), "type 1 bind: rkey 0x%x, expected 0x%x", mw2->rkey, ibv_inc_rkey(old));
+	CHECK(cq_take(f.b.scq, wc, 2) == 1, "type 1 bind: not one completion");
+	check_wc(&wc[0], 0xb3, IBV_WC_SUCCESS, IBV_WC_BIND_MW, f.b.qpn, "type 1 bind");
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, mw2->rkey, 64, "WRITE with another PD's window");
+	refused_both_sides(&f, st, "a window of another PD");
+out:
+	if (mw2)
+		CHECK(uroce_dealloc_mw(mw2) == 0, "dealloc MW of PD 2");
+	if (mr2)
+		CHECK(uroce_dereg_mr(mr2) == 0, "dereg MR of PD 2");
+	if (pd2)
+		CHECK(uroce_dealloc_pd(pd2) == 0, "dealloc PD 2");
+	mw_down(&f);
+}
+
+/* A type 1 window of b over dst [MW_OFF, +MW_LEN), REMOTE_WRITE, bound by
+ * ibv_bind_mw through b's QP (`binds` times: each bind a new rkey); the
+ * bind completions are taken. */
+static bool mw1_bound(struct mwfix *f, int binds, uint32_t *first_key)
+{
+	struct ibv_wc wc[4];
+	f->mw = uroce_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(f->mw, "alloc MW type 1");
+	if (!f->mw)
+		return false;
+	struct ibv_mw_bind b = { .wr_id = 0xb4, .send_flags = IBV_SEND_SIGNALED,
+				 .bind_info = { .mr = f->dst.mr, .addr = f->dst.iova + MW_OFF, .length = MW_LEN,
+						.mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+	for (int i = 0; i < binds; i++) {
+		CHECK(uroce_bind_mw(f->b.qp, f->mw, &b) == 0, "ibv_bind_mw type 1");
+		if (i == 0 && first_key)
+			*first_key = f->mw->rkey;
+	}
+	int n = cq_take(f->b.scq, wc, 4);
+	CHECK(n == binds, "%d type 1 binds: %d completions", binds, n);
+	for (int i = 0; i < n; i++)
+		check_wc(&wc[i], 0xb4, IBV_WC_SUCCESS, IBV_WC_BIND_MW, f->b.qpn, "type 1 bind");
+	return n == binds;
+}
+
+/* Type 1: a rebind makes the old rkey dead, a zero-length bind unbinds;
+ * LOCAL_INV and SEND_WITH_INV cannot invalidate a type 1 window
+ * (o10-37.2.26): LOC_QP_OP_ERR, and REM_INV_REQ_ERR at both sides. */
+static void test_mw_type1_rules(void)
+{
+	struct mwfix f;
+	uint32_t first = 0;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw1_bound(&f, 2, &first))
+		goto out;
+	CHECK(f.mw->rkey != first, "a rebind kept the rkey");
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, f.mw->rkey, 64, "WRITE with the new rkey");
+	CHECK(st == IBV_WC_SUCCESS, "WRITE with the new rkey: status %d", st);
+	memset(f.dst.host + MW_OFF, 0xEE, 64);
+	/* LOCAL_INV of a type 1 window: LOC_QP_OP_ERR (rxe), b to ERROR */
+	st = local_inv(&f.b, f.mw->rkey);
+	CHECK(st == IBV_WC_LOC_QP_OP_ERR, "LOCAL_INV of a type 1 window: status %d", st);
+	CHECK(qp_state(f.b.qp) == IBV_QPS_ERR, "a failed LOCAL_INV left the QP out of ERROR");
+out:
+	mw_down(&f);
+}
+
+static void test_mw_type1_stale_key(void)
+{
+	struct mwfix f;
+	uint32_t first = 0;
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw1_bound(&f, 2, &first))
+		goto out;
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, first, 64, "WRITE with the rkey before a rebind");
+	refused_both_sides(&f, st, "the rkey of before a type 1 rebind");
+out:
+	mw_down(&f);
+}
+
+static void test_mw_type1_unbound(void)
+{
+	struct mwfix f;
+	struct ibv_wc wc[2];
+	if (!mw_up(&f, DST_MW_ACCESS) || !mw1_bound(&f, 1, NULL))
+		goto out;
+	struct ibv_mw_bind b = { .wr_id = 0xb7, .send_flags = IBV_SEND_SIGNALED, .bind_info = { .mr = f.dst.mr } };
+	CHECK(uroce_bind_mw(f.b.qp, f.mw, &b) == 0, "zero-length bind (unbind)");
+	CHECK(cq_take(f.b.scq, wc, 2) == 1 && wc[0].status == IBV_WC_SUCCESS, "unbind completes");
+	enum ibv_wc_status st = write_to_b(&f, f.dst.iova + MW_OFF, f.mw->rkey, 64, "WRITE to an unbound window");
+	refused_both_sides(&f, st, "an unbound type 1 window");
+out:
+	mw_down(&f);
+}
+
+/* SEND_WITH_INV naming a type 1 window: the receive completes
+ * REM_INV_REQ_ERR (rxe, class J), the sender gets NAK 0x61. */
+static void test_mw_send_inv_type1(void)
+{
+	struct mwfix f;
+	struct ibv_wc wc[2];
+	if (!mw_up(&f, DST_MW_ACCESS))
+		goto out;
+	f.mw = uroce_alloc_mw(pd, IBV_MW_TYPE_1);
+	if (!f.mw)
+		goto out;
+	post_recv(&f.b, 0xc2, &f.rbuf, 0, 4096);
+	struct ibv_sge sge = { f.src.iova, 100, f.src.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0xa4, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+				  .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = f.mw->rkey }, *bad;
+	CHECK(uroce_post_send(f.a.qp, &wr, &bad) == 0, "post SEND_WITH_INV");
+	pump();
+	enum ibv_wc_status st = a_status(&f, 0xa4, IBV_WC_SEND, "SEND_WITH_INV of a type 1 window");
+	CHECK(st == IBV_WC_REM_INV_REQ_ERR, "SEND_WITH_INV of type 1: sender status %d", st);
+	CHECK(cq_take(f.b.rcq, wc, 2) == 1, "SEND_WITH_INV of type 1: not one receive completion");
+	check_wc(&wc[0], 0xc2, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, f.b.qpn, "receive of a refused invalidation");
+	CHECK(qp_state(f.b.qp) == IBV_QPS_ERR, "target QP not in ERROR");
+out:
+	mw_down(&f);
+}
+
+/* Binding needs the MR's MW_BIND (C10-73), and a writable window needs the
+ * MR's local write (C10-74); a refused bind completes MW_BIND_ERR and the
+ * QP enters ERROR (rxe); the window stays unusable. */
+static void bind_refused(const char *what, unsigned mr_access, uint64_t off, uint64_t len, unsigned access)
+{
+	struct mwfix f;
+	if (!mw_up(&f, mr_access))
+		goto out;
+	f.mw = uroce_alloc_mw(pd, IBV_MW_TYPE_2);
+	if (!f.mw)
+		goto out;
+	enum ibv_wc_status st = bind_wr(&f.b, f.mw, f.dst.mr, f.dst.iova + off, len, access, ibv_inc_rkey(f.mw->rkey));
+	CHECK(st == IBV_WC_MW_BIND_ERR, "%s: bind status %d, expected MW_BIND_ERR", what, st);
+	CHECK(qp_state(f.b.qp) == IBV_QPS_ERR, "%s: binding QP not in ERROR", what);
+	CHECK(uroce_dereg_mr(f.dst.mr) == 0, "%s: the MR is not held by a refused bind", what);
+	f.dst.mr = NULL;
+out:
+	mw_down(&f);
+}
+
+static void test_mw_bind_refused(void)
+{
+	bind_refused("MR without MW_BIND", IBV_ACCESS_LOCAL_WRITE, MW_OFF, MW_LEN, IBV_ACCESS_REMOTE_WRITE);
+	bind_refused("writable window on an MR without local write", IBV_ACCESS_MW_BIND, MW_OFF, MW_LEN,
+		     IBV_ACCESS_REMOTE_WRITE);
+	bind_refused("window past the MR's end", DST_MW_ACCESS, 8192 - 100, 200, IBV_ACCESS_REMOTE_WRITE);
+	CHECK(!uroce_alloc_mw(pd, (enum ibv_mw_type)3) && errno == EINVAL, "a type 3 window not refused EINVAL");
+}
+
 /* ------------------------------------------------------------ main */
 
 static bool setup(void)
@@ -2344,6 +2809,20 @@ int main(void)
 		{ "memory: READ response / ATOMIC ACK after dereg placed nowhere", test_mem_responses_after_dereg },
 		{ "memory: rereg of access or PD keeps the keys", test_mem_rereg_keeps_keys },
 		{ "RESET: the QP's unpolled completions leave its CQ", test_reset_purges_cq },
+		{ "windows: type 2 bound, WRITE and READ through it", test_mw_type2_access },
+		{ "windows: zero-based type 2 takes offsets", test_mw_zero_based },
+		{ "windows: WRITE past or before the window refused", test_mw_past_bounds },
+		{ "windows: WRITE to a read-only window refused", test_mw_access_lacking },
+		{ "windows: LOCAL_INV revokes the rkey", test_mw_local_inv },
+		{ "windows: SEND_WITH_INV revokes the rkey", test_mw_send_with_inv },
+		{ "windows: a deallocated window's rkey refused", test_mw_dealloc },
+		{ "windows: type 2 through another QP refused", test_mw_type2_other_qp },
+		{ "windows: a window of another PD refused", test_mw_other_pd },
+		{ "windows: type 1 rebind, LOCAL_INV of type 1 fails", test_mw_type1_rules },
+		{ "windows: type 1 rkey of before a rebind refused", test_mw_type1_stale_key },
+		{ "windows: unbound type 1 refused", test_mw_type1_unbound },
+		{ "windows: SEND_WITH_INV of a type 1 window: REM_INV_REQ_ERR", test_mw_send_inv_type1 },
+		{ "windows: binds the MR does not allow: MW_BIND_ERR", test_mw_bind_refused },
 	};
 	int failed_tests = 0;
 

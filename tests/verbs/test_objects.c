@@ -2139,6 +2139,97 @@ out:
 /* Group: post_state - posting vs. QP state                            */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Memory windows (man ibv_alloc_mw, ibv_bind_mw): ib_uverbs_alloc_mw takes
+ * types 1 and 2 only (EINVAL, pyverbs test_reg_mw_wrong_type); a PD with a
+ * window is busy; libibverbs' inline ibv_bind_mw refuses a type 2 window
+ * (EINVAL) and an MR of another PD (EPERM); a type 1 bind is a work request
+ * that completes IBV_WC_BIND_MW and changes the rkey's low 8 bits at once
+ * (rxe's provider); an MR with a bound window cannot be deregistered (rxe's
+ * rxe_dereg_mr: EINVAL, IBA 10.6.7.2.6); BIND_MW on a UD QP is refused.
+ */
+static void g_mw(void)
+{
+	struct ibv_pd *pd = NULL, *pd2 = NULL;
+	struct ibv_cq *cq = NULL;
+	struct ibv_mr *mr = NULL, *mr2 = NULL;
+	struct ibv_qp *qp = NULL, *ud = NULL;
+	struct ibv_mw *mw1 = NULL, *mw2 = NULL;
+	struct ibv_wc wc[2];
+	int n;
+
+	if (!fx_open())
+		return;
+	pd = ibv_alloc_pd(F.ctx);
+	pd2 = ibv_alloc_pd(F.ctx);
+	cq = ibv_create_cq(F.ctx, 64, NULL, NULL, 0);
+	mr = pd ? ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) : NULL;
+	mr2 = pd2 ? ibv_reg_mr(pd2, buf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) : NULL;
+	qp = (cq && mr) ? mk_qp(pd, cq, IBV_QPT_RC, NULL) : NULL;
+	ud = qp ? mk_qp(pd, cq, IBV_QPT_UD, NULL) : NULL;
+	if (!ud || !mr2 || drive(qp, IBV_QPS_RTS) || drive(ud, IBV_QPS_RTS)) {
+		fail("mw_setup", "expected PDs, CQ, MRs, QPs in RTS, errno %d (%s)", errno, errname(errno));
+		goto out;
+	}
+	EXPECT_NULL("mw_alloc_type_3_einval", ibv_alloc_mw(pd, (enum ibv_mw_type)3), EINVAL, NULL);
+	EXPECT_OBJ("mw_alloc_type_1", mw1, ibv_alloc_mw(pd, IBV_MW_TYPE_1));
+	EXPECT_OBJ("mw_alloc_type_2", mw2, ibv_alloc_mw(pd, IBV_MW_TYPE_2));
+	if (!mw1 || !mw2)
+		goto out;
+	check("mw_fields", mw1->pd == pd && mw1->context == F.ctx && mw1->type == IBV_MW_TYPE_1 &&
+	      mw2->type == IBV_MW_TYPE_2 && mw1->rkey != mw2->rkey && mw1->rkey != mr->rkey,
+	      "expected pd, context, types and distinct keys got %p %p %d %d 0x%x 0x%x",
+	      (void *)mw1->pd, (void *)mw1->context, mw1->type, mw2->type, mw1->rkey, mw2->rkey);
+	expect_ret("mw_dealloc_pd_busy", EBUSY, ibv_dealloc_pd(pd));
+
+	struct ibv_mw_bind b = { .wr_id = 0x61, .send_flags = IBV_SEND_SIGNALED,
+				 .bind_info = { .mr = mr, .addr = (uintptr_t)buf + 1024, .length = 2048,
+						.mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+	expect_ret("mw_bind_type_2_einval", EINVAL, ibv_bind_mw(qp, mw2, &b));
+	b.bind_info.mr = mr2;
+	expect_ret("mw_bind_other_pd_mr_eperm", EPERM, ibv_bind_mw(qp, mw1, &b));
+	b.bind_info.mr = mr;
+	uint32_t old = mw1->rkey;
+	expect_ret("mw_bind_type_1", 0, ibv_bind_mw(qp, mw1, &b));
+	n = poll_cq_for(cq, wc, 1, 1000);
+	check("mw_bind_type_1_completion", n == 1 && wc[0].wr_id == 0x61 && wc[0].status == IBV_WC_SUCCESS &&
+	      wc[0].opcode == IBV_WC_BIND_MW,
+	      "expected one BIND_MW success got %d wr_id 0x%llx status %d opcode %d", n,
+	      n > 0 ? (unsigned long long)wc[0].wr_id : 0ull, n > 0 ? (int)wc[0].status : -1, n > 0 ? (int)wc[0].opcode : -1);
+	expect_x("mw_bind_type_1_rkey", ibv_inc_rkey(old), mw1->rkey);
+	expect_ret("mw_dereg_mr_with_bound_window_einval", EINVAL, ibv_dereg_mr(mr));
+
+	struct ibv_send_wr wr = { .wr_id = 0x62, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.bind_mw.mw = mw2;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw2->rkey);
+	wr.bind_mw.bind_info = b.bind_info;
+	expect_ret("mw_bind_wr_on_ud_einval", EINVAL, ibv_post_send(ud, &wr, &bad));
+	expect_ret("mw_dealloc_bound_type_1", 0, ibv_dealloc_mw(mw1));
+	mw1 = NULL;
+	expect_ret("mw_dereg_mr_after_dealloc", 0, ibv_dereg_mr(mr));
+	mr = NULL;
+out:
+	if (mw1)
+		ibv_dealloc_mw(mw1);
+	if (mw2)
+		ibv_dealloc_mw(mw2);
+	if (ud)
+		ibv_destroy_qp(ud);
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (mr2)
+		ibv_dereg_mr(mr2);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (pd2)
+		ibv_dealloc_pd(pd2);
+	fx_close();
+}
+
 static void g_post_state(void)
 {
 	struct ibv_pd *pd;
@@ -2513,6 +2604,7 @@ static const struct group groups[] = {
 	{ "ah", g_ah },
 	{ "srq", g_srq },
 	{ "ordering", g_ordering },
+	{ "mw", g_mw },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
