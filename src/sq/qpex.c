@@ -197,7 +197,6 @@ static void qx_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr, 
 	wr->sg_list[0] = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = 8 };
 	wr->num_sge = 1;
 	wr->send_flags |= IBV_SEND_INLINE;
-	x->cur = NULL;  /* takes no setter */
 }
 
 static void qx_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
