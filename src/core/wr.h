@@ -5,8 +5,8 @@
  * X(WR opcode, completion opcode, kind, flags, QP types,
  *   wire opcodes of an RC message's FIRST, MIDDLE, LAST and ONLY packet
  *   -- UC's are RC's | WR_UC_BASE --, the UD opcode or 0)
- * READ and atomics are one request packet whatever the message length:
- * their four wire opcodes are that request's. */
+ * READ, atomics and ATOMIC_WRITE are one request packet whatever the
+ * message length: their four wire opcodes are that request's. */
 #ifndef UROCE_CORE_WR_H
 #define UROCE_CORE_WR_H
 
@@ -23,8 +23,7 @@ enum {
 	WRF_RDMA = 1u << 2,        /* wr.rdma: remote address and rkey */
 	WRF_ATOMIC_ARGS = 1u << 3, /* wr.atomic: remote address, rkey, compare/add, swap */
 	WRF_RESPONSE = 1u << 4,    /* answered by a response that writes local memory: needs
-				    * local write access, never inline, counts against
-				    * max_rd_atomic (§6.3) */
+				    * local write access, never inline */
 	WRF_WC_LEN = 1u << 5,      /* the completion reports the message length */
 	WRF_RD_ATOMIC = 1u << 6,   /* answered by its own response (a READ response or an atomic
 				    * ACK), never by a plain ACK: counts against max_rd_atomic, and
