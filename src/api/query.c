@@ -12,6 +12,8 @@ __be64 uroce_node_guid(void)
 	return htobe64(g);
 }
 
+#define UROCE_DEVICE_CAP_ATOMIC_WRITE (1ULL << 40)
+
 static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 {
 	(void)dev;
@@ -66,7 +68,10 @@ int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device
 		return EINVAL;
 	memset(&a, 0, sizeof(a));
 	fill_device_attr(to_uctx(ctx)->dev, &a.orig_attr);
-	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	/* ATOMIC_WRITE (IBV_QP_EX_WITH_ATOMIC_WRITE, sq/qpex.c): the kernel
+	 * uAPI's IB_UVERBS_DEVICE_ATOMIC_WRITE (ib_user_verbs.h, Linux 6.2;
+	 * Debian 12's headers predate it), where rxe reports it */
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | UROCE_DEVICE_CAP_ATOMIC_WRITE;
 	a.phys_port_cnt_ex = 1;
 	a.max_wq_type_rq = 0;
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));

@@ -356,12 +356,16 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, s
 EXPORT int ibv_destroy_qp(struct ibv_qp *qp) { return uroce_destroy_qp(qp); }
 
 /* Only QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS have the ibv_wr_*
- * API (rdma-core returns NULL otherwise); uroce does not offer it yet. */
+ * API (sq/qpex.c); libibverbs returns NULL for the others. */
 EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-	(void)qp;
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct uroce_qp *u = to_uqp(qp);
+
+	if (!u->qpex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return &u->ibv;
 }
 
 EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)

@@ -132,6 +132,7 @@ struct uroce_rq {
 struct uroce_rd_res {
 	bool valid;
 	bool atomic;
+	bool atomic_write;        /* an ATOMIC_WRITE: replayed as its empty READ response */
 	uint32_t first_psn, last_psn;
 	uint64_t va;
 	uint32_t rkey, length;
@@ -219,6 +220,7 @@ struct uroce_ack {
 };
 
 struct uroce_flow; /* net/ */
+struct uroce_qpex; /* sq/qpex.c: the ibv_wr_* batch */
 
 struct uroce_qp {
 	struct ibv_qp_ex ibv;     /* ibv.qp_base is the ibv_qp */
@@ -247,6 +249,7 @@ struct uroce_qp {
 	/* ---- the receive queue (its own, or the SRQ's) */
 	struct uroce_rq rq;
 	struct uroce_srq *srq;
+	struct uroce_qpex *qpex;    /* created with send_ops_flags: the ibv_wr_* API, else NULL */
 
 	/* ---- the roles' state, one part each with its own reset */
 	struct uroce_req req;

@@ -5,9 +5,9 @@
  * X(WR opcode, completion opcode, kind, flags, QP types,
  *   wire opcodes of an RC message's FIRST, MIDDLE, LAST and ONLY packet
  *   -- UC's are RC's | WR_UC_BASE --, the UD opcode or 0)
- * READ and atomics are one request packet whatever the message length:
- * their four wire opcodes are that request's.  The QP types of LOCAL_INV
- * (RC) and BIND_MW (RC, UC) are rxe's (rxe_opcode.c). */
+ * READ, atomics and ATOMIC_WRITE are one request packet whatever the
+ * message length: their four wire opcodes are that request's.  The QP
+ * types of LOCAL_INV (RC) and BIND_MW (RC, UC) are rxe's (rxe_opcode.c). */
 #ifndef UROCE_CORE_WR_H
 #define UROCE_CORE_WR_H
 
@@ -18,7 +18,7 @@
 
 /* WRK_LOCAL: executed by the requester in send-queue order, no packet and
  * no PSN (rxe's rxe_do_local_ops): the memory-window operations of mem/mw.h */
-enum wr_kind { WRK_NONE, WRK_SEND, WRK_WRITE, WRK_READ, WRK_ATOMIC, WRK_LOCAL };
+enum wr_kind { WRK_NONE, WRK_SEND, WRK_WRITE, WRK_READ, WRK_ATOMIC, WRK_ATOMIC_WRITE, WRK_LOCAL };
 
 enum {
 	WRF_IMM = 1u << 0,         /* carries immediate data (wr->imm_data) */
@@ -26,9 +26,11 @@ enum {
 	WRF_RDMA = 1u << 2,        /* wr.rdma: remote address and rkey */
 	WRF_ATOMIC_ARGS = 1u << 3, /* wr.atomic: remote address, rkey, compare/add, swap */
 	WRF_RESPONSE = 1u << 4,    /* answered by a response that writes local memory: needs
-				    * local write access, never inline, counts against
-				    * max_rd_atomic (§6.3) */
+				    * local write access, never inline */
 	WRF_WC_LEN = 1u << 5,      /* the completion reports the message length */
+	WRF_RD_ATOMIC = 1u << 6,   /* answered by its own response (a READ response or an atomic
+				    * ACK), never by a plain ACK: counts against max_rd_atomic, and
+				    * an ACK beyond it is an implied NAK (§6.3, §6.6) */
 };
 
 #define WR_QPT(t) (1u << (t))
@@ -47,12 +49,15 @@ enum {
 	  OP_RC_WRITE_FIRST, OP_RC_WRITE_MIDDLE, OP_RC_WRITE_LAST, OP_RC_WRITE_ONLY, 0) \
 	X(IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WC_RDMA_WRITE, WRK_WRITE, WRF_RDMA | WRF_IMM, WR_QPT_RC_UC, \
 	  OP_RC_WRITE_FIRST, OP_RC_WRITE_MIDDLE, OP_RC_WRITE_LAST_IMM, OP_RC_WRITE_ONLY_IMM, 0) \
-	X(IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, WRK_READ, WRF_RDMA | WRF_RESPONSE | WRF_WC_LEN, WR_QPT(IBV_QPT_RC), \
+	X(IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, WRK_READ, WRF_RDMA | WRF_RESPONSE | WRF_RD_ATOMIC | WRF_WC_LEN, \
+	  WR_QPT(IBV_QPT_RC), \
 	  OP_RC_READ_REQUEST, OP_RC_READ_REQUEST, OP_RC_READ_REQUEST, OP_RC_READ_REQUEST, 0) \
-	X(IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_WC_LEN, \
+	X(IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WC_COMP_SWAP, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_RD_ATOMIC | WRF_WC_LEN, \
 	  WR_QPT(IBV_QPT_RC), OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, OP_RC_CMP_SWAP, 0) \
-	X(IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_WC_LEN, \
+	X(IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WC_FETCH_ADD, WRK_ATOMIC, WRF_ATOMIC_ARGS | WRF_RESPONSE | WRF_RD_ATOMIC | WRF_WC_LEN, \
 	  WR_QPT(IBV_QPT_RC), OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, OP_RC_FETCH_ADD, 0) \
+	X(IBV_WR_ATOMIC_WRITE, IBV_WC_ATOMIC_WRITE, WRK_ATOMIC_WRITE, WRF_RDMA | WRF_RD_ATOMIC, WR_QPT(IBV_QPT_RC), \
+	  OP_RC_ATOMIC_WRITE, OP_RC_ATOMIC_WRITE, OP_RC_ATOMIC_WRITE, OP_RC_ATOMIC_WRITE, 0) \
 	X(IBV_WR_LOCAL_INV, IBV_WC_LOCAL_INV, WRK_LOCAL, WRF_INV, WR_QPT(IBV_QPT_RC), 0, 0, 0, 0, 0) \
 	X(IBV_WR_BIND_MW, IBV_WC_BIND_MW, WRK_LOCAL, 0, WR_QPT_RC_UC, 0, 0, 0, 0, 0)
 

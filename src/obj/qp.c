@@ -12,6 +12,7 @@
 #include "../core/async.h"
 #include "../core/cq_ring.h"
 #include "../core/wake.h"
+#include "../sq/sq.h"
 #include "../transport/transport.h"
 
 /* ------------------------------------------------------------ create */
@@ -22,6 +23,7 @@ static void qp_free(struct uroce_qp *qp)
 	free(qp->sq_sges);
 	free(qp->sq_inline);
 	free(qp->resp.res);
+	qpex_free(qp);
 	rq_fini(&qp->rq);
 	pthread_mutex_destroy(&qp->lock);
 	free(qp);
@@ -33,8 +35,9 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	struct uroce_qp *qp;
 	int err = EINVAL;
 
-	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
-		/* send_ops_flags (ibv_wr_*), XRC, RSS ... are not offered */
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+				       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+		/* XRC, RSS ... are not offered */
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -83,6 +86,10 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		goto fail_nomem;
 	for (uint32_t i = 0; i < qp->sq_size; i++)
 		qp->sq[i].sge = qp->sq_sges + (size_t)i * qp->cap.max_send_sge;
+	/* the ibv_wr_* API only for a QP that asks for it (ibv_qp_to_qp_ex
+	 * answers NULL otherwise, as libibverbs does) */
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (err = qpex_create(qp, a->send_ops_flags)))
+		goto fail;
 	if (a->srq) {
 		qp->srq = to_usrq(a->srq);
 		qp->cap.max_recv_wr = 0;
@@ -149,6 +156,7 @@ fail:
 	free(qp->sq);
 	free(qp->sq_sges);
 	free(qp->sq_inline);
+	qpex_free(qp);
 	rq_fini(&qp->rq);
 	free(qp);
 	errno = err;

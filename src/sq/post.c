@@ -5,8 +5,29 @@
 #include <errno.h>
 #include <string.h>
 #include "../core/wr.h"
+#include "../mem/mem.h"
 #include "../transport/transport.h"
 
+
+/* The 8 bytes an ATOMIC_WRITE writes, from the local buffer of `sge`
+ * (read access, as any data a request sends) or, inline, from its address. */
+static enum ibv_wc_status atomic_write_value(struct uroce_qp *qp, const struct ibv_sge *sge, bool is_inline,
+					     uint64_t *val)
+{
+	struct uroce_seg seg;
+
+	if (is_inline) {
+		memcpy(val, (const void *)(uintptr_t)sge->addr, 8);
+		return IBV_WC_SUCCESS;
+	}
+	struct uroce_sge s8 = { .addr = sge->addr, .length = 8, .lkey = sge->lkey };
+	uint32_t nseg;
+	enum uroce_mem_verdict v = mem_sge_resolve(qp->dev, qp->pd, &s8, 1, 0, 8, 0, &seg, &nseg);
+	if (v != MEM_OK)
+		return mem_verdict_local_status(v);
+	memcpy(val, seg.addr, 8);
+	return IBV_WC_SUCCESS;
+}
 
 static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 {
@@ -20,13 +41,15 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	const struct uroce_wr_info *op = wr_info(wr->opcode);
 	/* inline data is what the requester sends, never a response's target */
 	bool is_inline = (wr->send_flags & IBV_SEND_INLINE) && !(op->flags & WRF_RESPONSE);
+	bool atomic_write = op->kind == WRK_ATOMIC_WRITE;
 	struct uroce_send_wqe *w = &qp->sq[qp->sq_head % qp->sq_size];
 	struct uroce_sge *sges = w->sge;
 	uint64_t total = 0;
 
 	for (int i = 0; i < wr->num_sge; i++)
 		total += wr->sg_list[i].length;
-	if (is_inline && total > qp->cap.max_inline_data)
+	/* an ATOMIC_WRITE's 8 bytes live in its WQE, whatever max_inline_data */
+	if (is_inline && total > qp->cap.max_inline_data && !atomic_write)
 		return EINVAL;
 	memset(w, 0, sizeof(*w));
 	w->sge = sges;
@@ -82,7 +105,17 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		if (wr->num_sge < 1 || wr->sg_list[0].length < 8)
 			w->status = IBV_WC_LOC_LEN_ERR;
 	}
-	if (w->status != IBV_WC_SUCCESS) {
+	if (atomic_write) {
+		/* the 8 bytes to write (sg_list[0], by lkey or inline) are taken
+		 * now and kept in the WQE: the requester sends them from there,
+		 * as a retry does (rxe copies them into its WQE too) */
+		w->length = 8;
+		if (wr->num_sge < 1 || wr->sg_list[0].length < 8)
+			w->status = IBV_WC_LOC_LEN_ERR;
+		else if (w->status == IBV_WC_SUCCESS)
+			w->status = atomic_write_value(qp, &wr->sg_list[0], is_inline, &w->compare_add);
+		w->inline_data = (uint8_t *)&w->compare_add;
+	} else if (w->status != IBV_WC_SUCCESS) {
 		/* completes with the error when it reaches the head */
 	} else if (is_inline) {
 		uint8_t *buf = qp->sq_inline + (size_t)(qp->sq_head % qp->sq_size) * qp->cap.max_inline_data;
@@ -111,12 +144,16 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	return 0;
 }
 
-int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* Queues the list from `wr`, then sends.  all_or_none: a WR that fails
+ * drops the whole list (the ibv_wr_* batch, ibv_wr_post(3): "the entire
+ * posting will be aborted"); otherwise the WRs before it stay queued, as
+ * ibv_post_send does. */
+static int post_send_list(struct uroce_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad, bool all_or_none)
 {
-	struct uroce_qp *qp = to_uqp(ibqp);
 	int rc = 0;
 
 	pthread_mutex_lock(&qp->lock);
+	uint32_t head = qp->sq_head;
 	enum ibv_qp_state st = qp->attr.qp_state;
 	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD && st != IBV_QPS_ERR) {
 		/* rxe: posting before RTS is EINVAL */
@@ -128,6 +165,10 @@ int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 		rc = post_one_send(qp, wr);
 		if (rc) {
 			*bad = wr;
+			/* nobody saw the slots past head: the requester runs
+			 * only under this lock */
+			if (all_or_none)
+				qp->sq_head = head;
 			break;
 		}
 	}
@@ -137,6 +178,17 @@ int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 		requester_run(qp);
 	pthread_mutex_unlock(&qp->lock);
 	return rc;
+}
+
+int uroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	return post_send_list(to_uqp(ibqp), wr, bad, false);
+}
+
+int sq_post_batch(struct uroce_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	return post_send_list(qp, wr, &bad, true);
 }
 
 static int rq_post(struct uroce_rq *rq, struct ibv_recv_wr *wr)

@@ -18,7 +18,7 @@ static const uint32_t rnr_timer_us[32] = {
 
 static bool is_rd_atomic(const struct uroce_send_wqe *w)
 {
-	return (wr_info(w->opcode)->flags & WRF_RESPONSE) != 0;
+	return (wr_info(w->opcode)->flags & WRF_RD_ATOMIC) != 0;
 }
 
 static void progress_made(struct uroce_qp *qp, uint32_t old_una)
@@ -178,6 +178,22 @@ static bool response_wqe(struct uroce_qp *qp, uint32_t psn, struct uroce_send_wq
 	return true;
 }
 
+/* An ATOMIC_WRITE is answered by an RDMA_READ_RESPONSE_ONLY without
+ * payload at its PSN (roce-wire.md §3, rxe's atomic_write_reply). */
+static void handle_atomic_write_response(struct uroce_qp *qp, struct uroce_send_wqe *w, struct uroce_pkt *pkt)
+{
+	if (pkt->paylen || (pkt->mask & OPF_ONLY) != OPF_ONLY) {
+		qp_fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
+		return;
+	}
+	uint32_t old_una = qp->comp.una_psn;
+	qp->comp.una_psn = psn_add(pkt->psn, 1);
+	if (qp->req.rd_atomic_out)
+		qp->req.rd_atomic_out--;
+	progress_made(qp, old_una);
+	qp_complete_send(qp, w, IBV_WC_SUCCESS);
+}
+
 static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint32_t psn = pkt->psn;
@@ -185,6 +201,10 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 
 	if (!response_wqe(qp, psn, &w))
 		return;
+	if (w && wr_info(w->opcode)->kind == WRK_ATOMIC_WRITE && w->first_psn == psn) {
+		handle_atomic_write_response(qp, w, pkt);
+		return;
+	}
 	if (!w || wr_info(w->opcode)->kind != WRK_READ || psn_cmp(psn, w->first_psn) < 0 ||
 	    psn_cmp(psn, w->last_psn) > 0) {
 		LOG_DBG("uroce: qp 0x%x READ response psn 0x%x outside the oldest WQE (%s 0x%x..0x%x)", qp->qpn, psn,

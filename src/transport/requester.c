@@ -28,6 +28,8 @@ static uint32_t qp_window(const struct uroce_qp *qp)
 
 static bool wqe_is_read(const struct uroce_send_wqe *w) { return wr_info(w->opcode)->kind == WRK_READ; }
 static bool wqe_is_atomic(const struct uroce_send_wqe *w) { return wr_info(w->opcode)->kind == WRK_ATOMIC; }
+/* answered by its own response: READ, atomics, ATOMIC_WRITE (wr.h) */
+static bool wqe_is_rd_atomic(const struct uroce_send_wqe *w) { return wr_info(w->opcode)->flags & WRF_RD_ATOMIC; }
 
 static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
 {
@@ -86,7 +88,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 
 	if (rc && psn_cmp(psn, qp->comp.una_psn) >= (int32_t)qp_window(qp))
 		return false;
-	if (wqe_is_read(w) || wqe_is_atomic(w)) {
+	if (wqe_is_rd_atomic(w)) {
 		uint32_t limit = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
 		if (qp->req.rd_atomic_out >= limit)
 			return false;
@@ -165,6 +167,10 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 			ieth_set(h + oi->off_ieth, w->imm_data);
 		txb_add(b, oi->hdr_len, seg, nseg, 0, len);
 		cc_on_tx(&qp->cc, len);
+		/* an ATOMIC_WRITE (one packet: RETH and its 8 bytes) is answered
+		 * by an empty READ response, like a READ (roce-wire.md §3) */
+		if (wqe_is_rd_atomic(w))
+			qp->req.rd_atomic_out++;
 		w->next_pkt++;
 	}
 	uint32_t next = psn_add(w->first_psn, w->next_pkt);
@@ -348,13 +354,13 @@ void requester_rewind(struct uroce_qp *qp, uint32_t psn)
 /* The probe of the adaptive retransmission timer (retry.c): send the
  * oldest unacknowledged SEND/WRITE packet once more, asking for an ACK, and
  * leave the send position alone.  Returns false when una belongs to a READ
- * or atomic (their retry is a new request: the caller rewinds instead). */
+ * or atomic or ATOMIC_WRITE (their retry is a new request: the caller rewinds instead). */
 bool requester_probe(struct uroce_qp *qp)
 {
 	uint32_t slot;
 	struct uroce_send_wqe *w = wqe_reaching(qp, qp->comp.una_psn, &slot);
 
-	if (!w || wqe_is_read(w) || wqe_is_atomic(w) || psn_cmp(qp->comp.una_psn, w->first_psn) < 0)
+	if (!w || wqe_is_rd_atomic(w) || psn_cmp(qp->comp.una_psn, w->first_psn) < 0)
 		return false;
 	uint32_t saved_next = w->next_pkt, saved_snd = qp->req.snd_psn;
 	TXB_ON_STACK(b, 1);

@@ -304,32 +304,42 @@ static void send_atomic_ack(struct uroce_qp *qp, uint32_t psn, uint64_t orig)
 	txb_flush(&b);
 }
 
-static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
+/* The 8 bytes an atomic or ATOMIC_WRITE works on: the QP must allow
+ * `access` and have responder resources, the address be 8-aligned (a
+ * misaligned atomic is an invalid request, §5.3), the R_Key grant it. */
+static enum resp_verdict atomic_target(struct uroce_qp *qp, unsigned access, uint32_t rkey, uint64_t va,
+				       uint64_t **target)
 {
-	const uint8_t *ae = pkt->bth + opinfo(pkt->opcode)->off_atmeth;
-	uint64_t va = atmeth_va(ae);
 	struct uroce_mr *mr;
 	enum uroce_mem_verdict mv;
 
-	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || qp->attr.max_dest_rd_atomic == 0)
+	if (!(qp->attr.qp_access_flags & access) || qp->attr.max_dest_rd_atomic == 0)
 		return RV_INV_REQ;
 	if (va & 7)
 		return RV_INV_REQ; /* misaligned atomic (§5.3) */
-	if ((mv = rkey_check_remote(qp, atmeth_rkey(ae), va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr)) != MEM_OK)
+	if ((mv = rkey_check_remote(qp, rkey, va, 8, access, &mr)) != MEM_OK)
 		return verdict_of_mem(mv);
-	uint64_t *target = (uint64_t *)(void *)mr_host(mr, va);
-	uint64_t orig;
-	if (!((uintptr_t)target & 7)) {
-		/* atomic with respect to other atomics and the CPU's own */
-		if (pkt->opcode == OP_RC_CMP_SWAP) {
-			orig = atmeth_compare(ae);
-			__atomic_compare_exchange_n(target, &orig, atmeth_swap_add(ae), false,
-						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-		} else {
-			orig = __atomic_fetch_add(target, atmeth_swap_add(ae), __ATOMIC_SEQ_CST);
-		}
-	} else {
+	*target = (uint64_t *)(void *)mr_host(mr, va);
+	if ((uintptr_t)*target & 7)
 		return RV_INV_REQ; /* host address not 8-aligned (zero-based MR) */
+	return RV_OK;
+}
+
+static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	const uint8_t *ae = pkt->bth + opinfo(pkt->opcode)->off_atmeth;
+	uint64_t *target, orig;
+	enum resp_verdict v = atomic_target(qp, IBV_ACCESS_REMOTE_ATOMIC, atmeth_rkey(ae), atmeth_va(ae), &target);
+
+	if (v != RV_OK)
+		return v;
+	/* atomic with respect to other atomics and the CPU's own */
+	if (pkt->opcode == OP_RC_CMP_SWAP) {
+		orig = atmeth_compare(ae);
+		__atomic_compare_exchange_n(target, &orig, atmeth_swap_add(ae), false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	} else {
+		orig = __atomic_fetch_add(target, atmeth_swap_add(ae), __ATOMIC_SEQ_CST);
 	}
 	struct uroce_rd_res *r = res_alloc(qp);
 	r->atomic = true;
@@ -337,6 +347,34 @@ static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	r->orig = orig;
 	msn_next(qp);
 	send_atomic_ack(qp, pkt->psn, orig);
+	return RV_OK;
+}
+
+/* ATOMIC_WRITE (0x1D, roce-wire.md §3): the RETH names 8 bytes, the payload
+ * carries them, and they land in one 8-byte store, so no reader sees half
+ * of them.  Checked as rxe does (rxe_resp.c): the QP's and the MR's remote
+ * write access, an 8-aligned address (else an invalid request, as a
+ * misaligned atomic), a responder resource like READ's; answered by an
+ * RDMA_READ_RESPONSE_ONLY without payload, saved for a duplicate's replay
+ * (§6.4).  The kernel's rxe of 6.1 does not have it (6.2 added it). */
+static enum resp_verdict do_atomic_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
+	uint64_t *target;
+	enum resp_verdict v;
+
+	if (pkt->paylen != 8 || reth_len(reth) != 8)
+		return RV_INV_REQ;
+	if ((v = atomic_target(qp, IBV_ACCESS_REMOTE_WRITE, reth_rkey(reth), reth_va(reth), &target)) != RV_OK)
+		return v;
+	uint64_t val;
+	memcpy(&val, pkt->payload, 8);  /* the bytes as sent: no byte order is implied */
+	__atomic_store_n(target, val, __ATOMIC_RELEASE);
+	struct uroce_rd_res *r = res_alloc(qp);
+	r->atomic_write = true;
+	r->first_psn = r->last_psn = pkt->psn;
+	msn_next(qp);
+	send_read_responses(qp, r, pkt->psn);  /* length 0: one empty READ_RESPONSE_ONLY */
 	return RV_OK;
 }
 
@@ -358,7 +396,13 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 				send_atomic_ack(qp, r->first_psn, r->orig);
 			return;
 		}
-		if (r->atomic)
+		if (pkt->mask & OPF_ATOMIC_WRITE) {
+			/* answered again, not written again */
+			if (r->atomic_write && r->first_psn == pkt->psn)
+				send_read_responses(qp, r, pkt->psn);
+			return;
+		}
+		if (r->atomic || r->atomic_write)
 			return;
 		/* the retried READ must lie within the original (§6.4) */
 		const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
@@ -419,7 +463,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	    (qp->resp.in_write && (!(pkt->mask & OPF_WRITE) || starts)) ||
 	    (!qp->resp.in_send && !qp->resp.in_write && !starts))
 		v = RV_INV_REQ;
-	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC)) && !length_ok(qp, pkt))
+	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC | OPF_ATOMIC_WRITE)) && !length_ok(qp, pkt))
 		v = RV_INV_REQ;
 	else if (pkt->mask & OPF_SEND)
 		v = do_send(qp, pkt);
@@ -429,6 +473,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		v = qp->type == IBV_QPT_RC ? do_read(qp, pkt, &consumed) : RV_INV_REQ;
 	else if (pkt->mask & OPF_ATOMIC)
 		v = qp->type == IBV_QPT_RC ? do_atomic(qp, pkt) : RV_INV_REQ;
+	else if (pkt->mask & OPF_ATOMIC_WRITE)
+		v = qp->type == IBV_QPT_RC ? do_atomic_write(qp, pkt) : RV_INV_REQ;
 	else
 		v = RV_INV_REQ;
 

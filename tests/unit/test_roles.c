@@ -1669,6 +1669,49 @@ out:
 	rig_down(&r);
 }
 
+/* An ATOMIC_WRITE (§3, 0x1D): one request with a RETH of length 8 and the
+ * 8 bytes taken from the local buffer when it was posted; answered only by
+ * an empty READ_RESPONSE_ONLY -- a plain ACK past it is an implied NAK
+ * (§6.6) that asks it again, as for a READ. */
+static void test_comp_atomic_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	const uint8_t val[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	memcpy(m.host + 40, val, 8);
+	struct ibv_sge sge = { m.iova + 40, 8, m.mr->lkey };
+	post_send(&r, 0xe1, IBV_WR_ATOMIC_WRITE, &sge, 1, 0x20008, 0x55);
+	memset(m.host + 40, 0xEE, 8);  /* taken at post time */
+	check_nsent(1, "ATOMIC_WRITE");
+	const struct fake_pkt *p = fake_sent(0);
+	if (!check_out(p, OP_RC_ATOMIC_WRITE, SQ_PSN, "ATOMIC_WRITE request"))
+		goto out;
+	const uint8_t *reth = p->buf + BTH_LEN;
+	CHECK(reth_va(reth) == 0x20008 && reth_rkey(reth) == 0x55 && reth_len(reth) == 8,
+	      "ATOMIC_WRITE RETH va 0x%llx rkey 0x%x len %u", (unsigned long long)reth_va(reth), reth_rkey(reth),
+	      reth_len(reth));
+	CHECK(pkt_paylen(p) == 8 && !memcmp(p->buf + BTH_LEN + RETH_LEN, val, 8), "ATOMIC_WRITE payload: %u bytes",
+	      pkt_paylen(p));
+	fake_sent_clear();
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 0, "a plain ACK completed the ATOMIC_WRITE");
+	check_nsent(1, "ATOMIC_WRITE asked again after an ACK past it");
+	check_out(fake_sent(0), OP_RC_ATOMIC_WRITE, SQ_PSN, "ATOMIC_WRITE retry");
+	queue_resp(OP_RC_READ_RESP_ONLY, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "ATOMIC_WRITE: not 1 completion after its response");
+	check_wc(&wc[0], 0xe1, IBV_WC_SUCCESS, IBV_WC_ATOMIC_WRITE, r.qpn, "ATOMIC_WRITE");
+	CHECK(untouched(&m, 0, m.alloc), "ATOMIC_WRITE wrote local memory");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* A response for a PSN never sent is ignored (§6.6). */
 static void test_comp_ack_beyond(void)
 {
@@ -2795,6 +2838,7 @@ int main(void)
 		{ "completer: sequence NAK goes back N", test_comp_seq_nak },
 		{ "completer: READ responses placed, READ completes", test_comp_read_response },
 		{ "completer: ATOMIC ACK completes FETCH_ADD with the original", test_comp_atomic },
+		{ "completer: ATOMIC_WRITE answered by an empty READ response only", test_comp_atomic_write },
 		{ "completer: ACK beyond anything sent ignored", test_comp_ack_beyond },
 		{ "completer: ACK past an unanswered READ asks it again", test_comp_implied_nak },
 		{ "completer: missing READ response asked again from the gap", test_comp_read_gap },

@@ -2582,6 +2582,442 @@ out:
 }
 
 /* ------------------------------------------------------------------ */
+/* Group: qp_ex - the ibv_wr_* API (ibv_wr_post(3)) over an RC pair     */
+/* ------------------------------------------------------------------ */
+
+#define QX_SGE 4
+#define QX_INLINE 64
+#define QX_SQ 8
+/* offsets into buf */
+#define QX_SRC 0
+#define QX_RECV 8192		/* B's receive buffers, 1 KiB each */
+#define QX_WDST 24576		/* WRITE targets */
+#define QX_RSRC 28672		/* READ source */
+#define QX_RDST 32768		/* READ destination */
+#define QX_ATOM 40960		/* remote atomic targets: CAS, FAA, ATOMIC_WRITE */
+#define QX_ALOC 41984		/* local 8-byte results */
+
+static struct ibv_qp *mk_qpx(struct ibv_pd *pd, struct ibv_cq *cq, enum ibv_qp_type t,
+			     uint64_t ops, uint32_t max_send_wr)
+{
+	struct ibv_qp_init_attr_ex ix;
+
+	memset(&ix, 0, sizeof ix);
+	ix.send_cq = cq;
+	ix.recv_cq = cq;
+	ix.qp_type = t;
+	ix.cap.max_send_wr = max_send_wr;
+	ix.cap.max_recv_wr = 16;
+	ix.cap.max_send_sge = QX_SGE;
+	ix.cap.max_recv_sge = 1;
+	ix.cap.max_inline_data = QX_INLINE;
+	ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ix.pd = pd;
+	ix.send_ops_flags = ops;
+	errno = 0;
+	return ibv_create_qp_ex(F.ctx, &ix);
+}
+
+/* RESET -> INIT -> RTR -> RTS, connected to dest, atomics allowed. */
+static int qx_connect(struct ibv_qp *qp, uint32_t dest)
+{
+	static const enum ibv_qp_state path[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	struct ibv_qp_attr a;
+	int rc = step(qp, IBV_QPS_RESET);
+
+	for (size_t i = 0; !rc && i < sizeof path / sizeof path[0]; i++) {
+		std_attr(qp, path[i], &a);
+		a.dest_qp_num = dest;
+		a.rq_psn = SQ_PSN;	/* the peer's sq_psn */
+		a.qp_access_flags = QP_ACCESS | IBV_ACCESS_REMOTE_ATOMIC;
+		rc = ibv_modify_qp(qp, &a, std_mask(qp->qp_type, path[i]));
+	}
+	return rc;
+}
+
+static void qx_post_recvs(struct ibv_qp *qp, struct ibv_mr *mr, int n, uint64_t wr_id0)
+{
+	for (int i = 0; i < n; i++) {
+		struct ibv_sge s = { .addr = (uintptr_t)buf + QX_RECV + 1024 * (uint64_t)(wr_id0 + i) % (16 * 1024),
+				     .length = 1024, .lkey = mr->lkey };
+		struct ibv_recv_wr r = { .wr_id = wr_id0 + i, .sg_list = &s, .num_sge = 1 }, *bad;
+
+		if (ibv_post_recv(qp, &r, &bad))
+			fail("qp_ex_post_recv", "expected 0 got errno %d", errno);
+	}
+}
+
+/* The next n completions of cq carry these wr_ids, in order, successfully. */
+static bool qx_expect_wcs(const char *name, struct ibv_cq *cq, int n, const uint64_t *ids,
+			  struct ibv_wc *wc)
+{
+	int got = poll_cq_for(cq, wc, n, 5000);
+	char have[256] = "";
+	bool ok = got == n;
+
+	for (int i = 0; i < got && i < n; i++) {
+		size_t l = strlen(have);
+		snprintf(have + l, sizeof have - l, " 0x%llx/%s", (unsigned long long)wc[i].wr_id,
+			 ibv_wc_status_str(wc[i].status));
+		ok = ok && wc[i].wr_id == ids[i] && wc[i].status == IBV_WC_SUCCESS;
+	}
+	return check(name, ok, "expected %d successful completion(s) in order got %d:%s", n, got, have);
+}
+
+/* One batch of n signaled 1-byte inline SENDs, wr_ids id0, id0+1, ... */
+static int qx_sends(struct ibv_qp_ex *x, int n, uint64_t id0)
+{
+	ibv_wr_start(x);
+	x->wr_flags = IBV_SEND_SIGNALED;
+	for (int i = 0; i < n; i++) {
+		x->wr_id = id0 + i;
+		ibv_wr_send(x);
+		ibv_wr_set_inline_data(x, "q", 1);
+	}
+	return ibv_wr_complete(x);
+}
+
+static void g_qp_ex(void)
+{
+	const uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
+			     IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+			     IBV_QP_EX_WITH_ATOMIC_WRITE;
+	struct ibv_pd *pd;
+	struct ibv_cq *cqa = NULL, *cqb = NULL;
+	struct ibv_mr *mr = NULL;
+	struct ibv_qp *a = NULL, *b = NULL, *plain = NULL;
+	struct ibv_qp_ex *xa = NULL, *xb = NULL;
+	struct ibv_wc wc[16];
+	uint32_t rkey;
+	uint64_t raddr;
+	int rc;
+
+	if (!fx_open())
+		return;
+	pd = ibv_alloc_pd(F.ctx);
+	cqa = ibv_create_cq(F.ctx, 64, NULL, NULL, 0);
+	cqb = ibv_create_cq(F.ctx, 64, NULL, NULL, 0);
+	mr = pd ? ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) : NULL;
+	if (!pd || !cqa || !cqb || !mr) {
+		fail("qp_ex_setup", "expected PD, 2 CQs, MR got %p %p %p %p", (void *)pd, (void *)cqa,
+		     (void *)cqb, (void *)mr);
+		goto out;
+	}
+	rkey = mr->rkey;
+	raddr = (uintptr_t)buf;
+
+	/* ibv_wr_post(3): "If the QP does not support all the requested work
+	 * request types then QP creation will fail" -- EOPNOTSUPP as mlx5 */
+	EXPECT_NULL("qp_ex_create_ud_with_rdma_write",
+		    mk_qpx(pd, cqa, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE, QX_SQ),
+		    EOPNOTSUPP, d_qp);
+	EXPECT_NULL("qp_ex_create_uc_with_read", mk_qpx(pd, cqa, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, QX_SQ),
+		    EOPNOTSUPP, d_qp);
+	EXPECT_NULL("qp_ex_create_rc_with_tso", mk_qpx(pd, cqa, IBV_QPT_RC, IBV_QP_EX_WITH_TSO, QX_SQ),
+		    EOPNOTSUPP, d_qp);
+	EXPECT_NULL("qp_ex_create_rc_unknown_op", mk_qpx(pd, cqa, IBV_QPT_RC, 1ull << 40, QX_SQ),
+		    EOPNOTSUPP, d_qp);
+	plain = mk_qp(pd, cqa, IBV_QPT_RC, NULL);
+	if (plain) {
+		errno = 0;
+		check("qp_ex_to_qp_ex_of_plain_qp_null", ibv_qp_to_qp_ex(plain) == NULL,
+		      "expected NULL for a QP created without send_ops_flags got a pointer");
+	}
+	{
+		struct ibv_device_attr_ex dx;
+		memset(&dx, 0, sizeof dx);
+		if (expect_ret("qp_ex_query_device_ex", 0, ibv_query_device_ex(F.ctx, NULL, &dx)))
+			check("qp_ex_device_cap_atomic_write", (dx.device_cap_flags_ex >> 40) & 1,
+			      "expected device_cap_flags_ex bit 40 (IB_UVERBS_DEVICE_ATOMIC_WRITE) got 0x%llx",
+			      (unsigned long long)dx.device_cap_flags_ex);
+	}
+
+	EXPECT_OBJ("qp_ex_create_rc", a, mk_qpx(pd, cqa, IBV_QPT_RC, ops, QX_SQ));
+	EXPECT_OBJ("qp_ex_create_rc_send_only", b, mk_qpx(pd, cqb, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, QX_SQ));
+	if (!a || !b)
+		goto out;
+	xa = ibv_qp_to_qp_ex(a);
+	xb = ibv_qp_to_qp_ex(b);
+	if (!check("qp_ex_to_qp_ex", xa && xb && &xa->qp_base == a && &xb->qp_base == b,
+		   "expected the ibv_qp_ex whose qp_base is the QP got %p %p", (void *)xa, (void *)xb))
+		goto out;
+
+	/* wr_complete in RESET: what ibv_post_send answers (EINVAL) */
+	ibv_wr_start(xa);
+	xa->wr_id = 1;
+	xa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(xa);
+	ibv_wr_set_sge(xa, mr->lkey, raddr + QX_SRC, 8);
+	expect_ret("qp_ex_complete_in_reset_einval", EINVAL, ibv_wr_complete(xa));
+
+	if (!expect_ret("qp_ex_connect_a", 0, qx_connect(a, b->qp_num)) ||
+	    !expect_ret("qp_ex_connect_b", 0, qx_connect(b, a->qp_num)))
+		goto out;
+	qx_post_recvs(b, mr, 16, 0);
+
+	/* Batch 1: SEND over 3 SGEs, SEND_IMM of an inline list, an
+	 * unsignaled WRITE, a WRITE over 2 SGEs, WRITE_IMM of inline data.
+	 * wr_id and wr_flags are taken at each builder. */
+	for (int i = 0; i < 512; i++)
+		buf[QX_SRC + i] = (unsigned char)(i * 7 + 1);
+	memset(buf + QX_WDST, 0, 1024);
+	{
+		struct ibv_sge sl[3] = {
+			{ .addr = raddr + QX_SRC + 0, .length = 10, .lkey = mr->lkey },
+			{ .addr = raddr + QX_SRC + 100, .length = 20, .lkey = mr->lkey },
+			{ .addr = raddr + QX_SRC + 300, .length = 30, .lkey = mr->lkey },
+		};
+		char in1[] = "inline-", in2[] = "list";
+		struct ibv_data_buf il[2] = { { in1, 7 }, { in2, 4 } };
+		char imm_src[16] = "immwrite-inline";
+		static const uint64_t ids[] = { 0x11, 0x12, 0x14, 0x15 };
+
+		ibv_wr_start(xa);
+		xa->wr_flags = IBV_SEND_SIGNALED;
+		xa->wr_id = 0x11;
+		ibv_wr_send(xa);
+		ibv_wr_set_sge_list(xa, 3, sl);
+		xa->wr_id = 0x12;
+		ibv_wr_send_imm(xa, htobe32(0xA1B2C3D4));
+		ibv_wr_set_inline_data_list(xa, 2, il);
+		memset(in1, 'X', 7);  /* inline data was copied by the setter */
+		xa->wr_id = 0x13;
+		xa->wr_flags = 0;     /* unsignaled: no completion */
+		ibv_wr_rdma_write(xa, rkey, raddr + QX_WDST);
+		ibv_wr_set_sge(xa, mr->lkey, raddr + QX_SRC, 16);
+		xa->wr_id = 0x14;
+		xa->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(xa, rkey, raddr + QX_WDST + 100);
+		ibv_wr_set_sge_list(xa, 2, sl + 1);
+		xa->wr_id = 0x15;
+		ibv_wr_rdma_write_imm(xa, rkey, raddr + QX_WDST + 200, htobe32(0x01020304));
+		ibv_wr_set_inline_data(xa, imm_src, 15);
+		rc = ibv_wr_complete(xa);
+		if (expect_ret("qp_ex_batch1_complete", 0, rc) &&
+		    qx_expect_wcs("qp_ex_batch1_send_completions", cqa, 4, ids, wc)) {
+			check("qp_ex_batch1_send_opcodes", wc[0].opcode == IBV_WC_SEND && wc[1].opcode == IBV_WC_SEND &&
+			      wc[2].opcode == IBV_WC_RDMA_WRITE && wc[3].opcode == IBV_WC_RDMA_WRITE,
+			      "expected SEND SEND RDMA_WRITE RDMA_WRITE got %d %d %d %d", wc[0].opcode,
+			      wc[1].opcode, wc[2].opcode, wc[3].opcode);
+		}
+		static const uint64_t rids[] = { 0, 1, 2 };
+		if (rc == 0 && qx_expect_wcs("qp_ex_batch1_recv_completions", cqb, 3, rids, wc)) {
+			unsigned char want[60];
+			memcpy(want, buf + QX_SRC, 10);
+			memcpy(want + 10, buf + QX_SRC + 100, 20);
+			memcpy(want + 30, buf + QX_SRC + 300, 30);
+			check("qp_ex_send_sge_list_data", wc[0].byte_len == 60 && wc[0].opcode == IBV_WC_RECV &&
+			      !memcmp(buf + QX_RECV, want, 60),
+			      "expected a 60-byte receive of the 3 SGEs got %u bytes, opcode %d, data %s",
+			      wc[0].byte_len, wc[0].opcode, memcmp(buf + QX_RECV, want, 60) ? "differs" : "equal");
+			check("qp_ex_send_imm_inline_list", wc[1].byte_len == 11 && (wc[1].wc_flags & IBV_WC_WITH_IMM) &&
+			      be32toh(wc[1].imm_data) == 0xA1B2C3D4 && !memcmp(buf + QX_RECV + 1024, "inline-list", 11),
+			      "expected 11 bytes \"inline-list\" imm 0xa1b2c3d4 got %u bytes flags 0x%x imm 0x%x \"%.11s\"",
+			      wc[1].byte_len, wc[1].wc_flags, be32toh(wc[1].imm_data), buf + QX_RECV + 1024);
+			check("qp_ex_write_imm_inline", wc[2].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+			      be32toh(wc[2].imm_data) == 0x01020304 && !memcmp(buf + QX_WDST + 200, imm_src, 15),
+			      "expected RECV_RDMA_WITH_IMM imm 0x01020304 and 15 bytes written got opcode %d imm 0x%x data %s",
+			      wc[2].opcode, be32toh(wc[2].imm_data),
+			      memcmp(buf + QX_WDST + 200, imm_src, 15) ? "differs" : "equal");
+			check("qp_ex_write_data", !memcmp(buf + QX_WDST, buf + QX_SRC, 16) &&
+			      !memcmp(buf + QX_WDST + 100, buf + QX_SRC + 100, 20) &&
+			      !memcmp(buf + QX_WDST + 120, buf + QX_SRC + 300, 30),
+			      "expected the unsignaled WRITE's 16 bytes and the 2-SGE WRITE's 50 bytes at the target");
+		}
+	}
+
+	/* Batch 2: READ, CMP_SWP, FETCH_ADD, ATOMIC_WRITE */
+	{
+		uint64_t *cas = (uint64_t *)(void *)(buf + QX_ATOM), *faa = cas + 1, *aw = cas + 2;
+		uint64_t *lcas = (uint64_t *)(void *)(buf + QX_ALOC), *lfaa = lcas + 1;
+		uint64_t awv = 0x0123456789ABCDEFull;
+		static const uint64_t ids[] = { 0x21, 0x22, 0x23, 0x24 };
+
+		for (int i = 0; i < 3000; i++)
+			buf[QX_RSRC + i] = (unsigned char)(i * 13 + 5);
+		memset(buf + QX_RDST, 0, 3000);
+		*cas = 1000;
+		*faa = 5;
+		*aw = 0;
+		*lcas = *lfaa = 0;
+		ibv_wr_start(xa);
+		xa->wr_flags = IBV_SEND_SIGNALED;
+		xa->wr_id = 0x21;
+		ibv_wr_rdma_read(xa, rkey, raddr + QX_RSRC);
+		ibv_wr_set_sge(xa, mr->lkey, raddr + QX_RDST, 3000);
+		xa->wr_id = 0x22;
+		ibv_wr_atomic_cmp_swp(xa, rkey, raddr + QX_ATOM, 1000, 2000);
+		ibv_wr_set_sge(xa, mr->lkey, raddr + QX_ALOC, 8);
+		xa->wr_id = 0x23;
+		ibv_wr_atomic_fetch_add(xa, rkey, raddr + QX_ATOM + 8, 37);
+		ibv_wr_set_sge(xa, mr->lkey, raddr + QX_ALOC + 8, 8);
+		xa->wr_id = 0x24;
+		ibv_wr_atomic_write(xa, rkey, raddr + QX_ATOM + 16, &awv);
+		awv = 0;  /* the 8 bytes were taken by the builder */
+		rc = ibv_wr_complete(xa);
+		if (expect_ret("qp_ex_batch2_complete", 0, rc) &&
+		    qx_expect_wcs("qp_ex_batch2_completions", cqa, 4, ids, wc)) {
+			check("qp_ex_batch2_opcodes", wc[0].opcode == IBV_WC_RDMA_READ && wc[1].opcode == IBV_WC_COMP_SWAP &&
+			      wc[2].opcode == IBV_WC_FETCH_ADD && wc[3].opcode == IBV_WC_ATOMIC_WRITE,
+			      "expected RDMA_READ COMP_SWAP FETCH_ADD ATOMIC_WRITE got %d %d %d %d", wc[0].opcode,
+			      wc[1].opcode, wc[2].opcode, wc[3].opcode);
+			check("qp_ex_read_data", !memcmp(buf + QX_RDST, buf + QX_RSRC, 3000),
+			      "expected the 3000 bytes read to equal the source");
+			check("qp_ex_cmp_swp", *cas == 2000 && *lcas == 1000,
+			      "expected remote 2000 and original 1000 got %llu and %llu", (unsigned long long)*cas,
+			      (unsigned long long)*lcas);
+			check("qp_ex_fetch_add", *faa == 42 && *lfaa == 5,
+			      "expected remote 42 and original 5 got %llu and %llu", (unsigned long long)*faa,
+			      (unsigned long long)*lfaa);
+			check("qp_ex_atomic_write", *aw == 0x0123456789ABCDEFull,
+			      "expected 0x0123456789abcdef written got 0x%llx", (unsigned long long)*aw);
+		}
+	}
+
+	/* ibv_post_send's IBV_WR_ATOMIC_WRITE takes its 8 bytes from
+	 * sg_list[0] (by lkey) when posted */
+	{
+		uint64_t *aw = (uint64_t *)(void *)(buf + QX_ATOM + 24), *src = (uint64_t *)(void *)(buf + QX_ALOC + 16);
+		struct ibv_sge s = { .addr = (uintptr_t)src, .length = 8, .lkey = mr->lkey };
+		struct ibv_send_wr w = { .wr_id = 0x25, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_ATOMIC_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED }, *bad;
+		static const uint64_t ids[] = { 0x25 };
+
+		*aw = 0;
+		*src = 0xFEEDFACECAFEBEEFull;
+		w.wr.rdma.remote_addr = raddr + QX_ATOM + 24;
+		w.wr.rdma.rkey = rkey;
+		if (expect_ret("qp_ex_post_send_atomic_write", 0, ibv_post_send(a, &w, &bad)) &&
+		    qx_expect_wcs("qp_ex_post_send_atomic_write_completion", cqa, 1, ids, wc))
+			check("qp_ex_post_send_atomic_write_data", *aw == 0xFEEDFACECAFEBEEFull &&
+			      wc[0].opcode == IBV_WC_ATOMIC_WRITE,
+			      "expected 0xfeedfacecafebeef written and opcode ATOMIC_WRITE got 0x%llx and %d",
+			      (unsigned long long)*aw, wc[0].opcode);
+	}
+
+	/* wr_abort drops the batch: the next batch's SEND takes the next
+	 * receive and is the next completion (RC completes in order) */
+	{
+		static const uint64_t ids[] = { 0x32 };
+		static const uint64_t rids[] = { 3 };
+
+		ibv_wr_start(xa);
+		xa->wr_flags = IBV_SEND_SIGNALED;
+		xa->wr_id = 0x31;
+		ibv_wr_send(xa);
+		ibv_wr_set_inline_data(xa, "aborted", 7);
+		ibv_wr_abort(xa);
+		ibv_wr_start(xa);
+		xa->wr_id = 0x32;
+		ibv_wr_send(xa);
+		ibv_wr_set_inline_data(xa, "kept", 4);
+		if (expect_ret("qp_ex_after_abort_complete", 0, ibv_wr_complete(xa)) &&
+		    qx_expect_wcs("qp_ex_abort_dropped_batch", cqa, 1, ids, wc) &&
+		    qx_expect_wcs("qp_ex_abort_recv", cqb, 1, rids, wc))
+			check("qp_ex_abort_recv_data", wc[0].byte_len == 4 && !memcmp(buf + QX_RECV + 3 * 1024, "kept", 4),
+			      "expected the 4 bytes \"kept\" got %u bytes", wc[0].byte_len);
+	}
+
+	/* A failing batch is dropped whole (ibv_wr_post(3)): a builder not in
+	 * send_ops_flags (EINVAL, as ibv_post_send for an opcode the QP does
+	 * not take), inline data beyond max_inline_data, more SGEs than
+	 * max_send_sge, a setter before any builder.  Each is followed by a
+	 * batch whose SEND must be the next completion and receive. */
+	{
+		static const struct { const char *name; int kind; } cases[] = {
+			{ "qp_ex_builder_not_in_send_ops_einval", 0 },
+			{ "qp_ex_inline_too_long_einval", 1 },
+			{ "qp_ex_sge_list_too_long_einval", 2 },
+			{ "qp_ex_setter_before_builder_einval", 3 },
+		};
+		unsigned char big[QX_INLINE + 1];
+		struct ibv_sge sl[QX_SGE + 1];
+
+		memset(big, 'b', sizeof big);
+		for (int i = 0; i < QX_SGE + 1; i++)
+			sl[i] = (struct ibv_sge){ .addr = raddr + QX_SRC + 8 * i, .length = 8, .lkey = mr->lkey };
+		qx_post_recvs(a, mr, (int)(sizeof cases / sizeof cases[0]), 100);
+		for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+			uint64_t id = 0x40 + c;
+			ibv_wr_start(xb);
+			xb->wr_flags = IBV_SEND_SIGNALED;
+			xb->wr_id = 0x4F;
+			switch (cases[c].kind) {
+			case 0:
+				ibv_wr_send(xb);
+				ibv_wr_set_sge(xb, mr->lkey, raddr + QX_SRC, 8);
+				ibv_wr_rdma_write(xb, rkey, raddr + QX_WDST);  /* b has SEND only */
+				ibv_wr_set_sge(xb, mr->lkey, raddr + QX_SRC, 8);
+				break;
+			case 1:
+				ibv_wr_send(xb);
+				ibv_wr_set_inline_data(xb, big, sizeof big);
+				break;
+			case 2:
+				ibv_wr_send(xb);
+				ibv_wr_set_sge_list(xb, QX_SGE + 1, sl);
+				break;
+			default:
+				ibv_wr_set_sge(xb, mr->lkey, raddr + QX_SRC, 8);
+				ibv_wr_send(xb);
+				break;
+			}
+			expect_ret(cases[c].name, EINVAL, ibv_wr_complete(xb));
+			ibv_wr_start(xb);
+			xb->wr_id = id;
+			ibv_wr_send(xb);
+			ibv_wr_set_sge(xb, mr->lkey, raddr + QX_SRC, 8);
+			rc = ibv_wr_complete(xb);
+			uint64_t rid = 100 + c;
+			if (!expect_ret(nm(cases[c].name, "next_batch"), 0, rc) ||
+			    !qx_expect_wcs(nm(cases[c].name, "dropped"), cqb, 1, &id, wc) ||
+			    !qx_expect_wcs(nm(cases[c].name, "dropped_recv"), cqa, 1, &rid, wc))
+				break;
+		}
+	}
+
+	/* A full send queue: in SQD nothing new starts, so WQEs stay queued.
+	 * A batch that does not fit (more WRs than free slots, or than the
+	 * queue has) is ENOMEM and dropped whole; batches that fit are kept. */
+	{
+		static const uint64_t ids[] = { 0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x60, 0x61 };
+		struct ibv_qp_attr rts = { .qp_state = IBV_QPS_RTS };
+
+		if (!expect_ret("qp_ex_full_to_sqd", 0, step(a, IBV_QPS_SQD)))
+			goto out;
+		expect_ret("qp_ex_batch_larger_than_sq_enomem", ENOMEM, qx_sends(xa, QX_SQ + 1, 0x70));
+		expect_ret("qp_ex_six_of_eight", 0, qx_sends(xa, 6, 0x50));
+		expect_ret("qp_ex_three_into_two_free_enomem", ENOMEM, qx_sends(xa, 3, 0x58));
+		expect_ret("qp_ex_two_into_two_free", 0, qx_sends(xa, 2, 0x60));
+		expect_ret("qp_ex_one_into_full_sq_enomem", ENOMEM, qx_sends(xa, 1, 0x62));
+		if (expect_ret("qp_ex_full_sqd_to_rts", 0, ibv_modify_qp(a, &rts, IBV_QP_STATE)))
+			qx_expect_wcs("qp_ex_full_sq_kept_batches_only", cqa, 8, ids, wc);
+		/* and the refused 0x62 is not behind them */
+		static const uint64_t last[] = { 0x63 };
+		if (expect_ret("qp_ex_after_full_sq", 0, qx_sends(xa, 1, 0x63)))
+			qx_expect_wcs("qp_ex_full_sq_refused_one_dropped", cqa, 1, last, wc);
+	}
+out:
+	if (a)
+		ibv_destroy_qp(a);
+	if (b)
+		ibv_destroy_qp(b);
+	if (plain)
+		ibv_destroy_qp(plain);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (cqa)
+		ibv_destroy_cq(cqa);
+	if (cqb)
+		ibv_destroy_cq(cqb);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
+/* ------------------------------------------------------------------ */
 /* Driver                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -2605,6 +3041,7 @@ static const struct group groups[] = {
 	{ "srq", g_srq },
 	{ "ordering", g_ordering },
 	{ "mw", g_mw },
+	{ "qp_ex", g_qp_ex },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 

@@ -357,6 +357,12 @@ class Hostile:
         psn = self.epsn[i] if psn is None else psn
         return rw.bth(0x0C, self.qpn(i), psn, ackreq=1) + rw.reth(va, self.t.rkey if rkey is None else rkey, length)
 
+    def atomic_write(self, i, va, value, psn=None, rkey=None, length=8):
+        # ATOMIC_WRITE (§3): RETH (length 8) and the 8 bytes, sent as they are
+        psn = self.epsn[i] if psn is None else psn
+        return (rw.bth(0x1D, self.qpn(i), psn, ackreq=1) +
+                rw.reth(va, self.t.rkey if rkey is None else rkey, length) + value)
+
     def atomic(self, i, op, va, add, cmp=0, psn=None, rkey=None):
         psn = self.epsn[i] if psn is None else psn
         return rw.bth(op, self.qpn(i), psn, ackreq=1) + rw.atmeth(va, self.t.rkey if rkey is None else rkey, add, cmp)
@@ -566,8 +572,8 @@ class Hostile:
         ], expect={'drop_bad_header': 3})
 
         # 6. opcodes not in the §3 table
-        unknown = [0x15, 0x18, 0x19, 0x1A, 0x1B, 0x1C, 0x1D, 0x1E, 0x1F, 0x40, 0x41, 0x4C, 0x60, 0x63,
-                   0x66, 0x80, 0xA4, 0xB1, 0xC0, 0xE0, 0xFF]
+        unknown = [0x15, 0x18, 0x19, 0x1A, 0x1B, 0x1C, 0x1E, 0x1F, 0x40, 0x41, 0x4C, 0x60, 0x63,
+                   0x66, 0x80, 0xA4, 0xB1, 0xC0, 0xE0, 0xFF, 0x3D]   # 0x3D: a UC ATOMIC_WRITE
         self.step(f'unknown opcodes ({len(unknown)})',
                   [self.wire(rw.bth(op, self.qpn(0), e(), ackreq=1) + b'\0' * 16) for op in unknown],
                   expect={'drop_bad_header': len(unknown)})
@@ -848,6 +854,20 @@ class Hostile:
         if self.last_responses and self.last_responses[0].get('orig') != old:
             fail(f'replayed FETCH_ADD original value {self.last_responses[0].get("orig"):#x}, '
                  f'expected the saved {old:#x}')
+        # ATOMIC_WRITE (§3): the 8 bytes land as sent, answered by an empty
+        # READ_RESPONSE_ONLY; a duplicate is answered again, not written again
+        ep = self.epsn[0]
+        self.model[320:328] = b'atomicwr'
+        self.step('valid ATOMIC_WRITE at MR+320', [self.wire(self.atomic_write(0, va + 320, b'atomicwr'))],
+                  responses=[(0x10, 0x1F, ep, 0)])
+        if self.last_responses and self.last_responses[0]['payload']:
+            fail('ATOMIC_WRITE response carried data')
+        self.model[320:328] = b'overwrit'
+        self.step('WRITE_ONLY over it, then the ATOMIC_WRITE again as a duplicate (replayed, not written)', [
+            self.wire(self.write_only(0, va + 320, 8, b'overwrit', psn=psn_add(ep, 1))),
+            self.wire(self.atomic_write(0, va + 320, b'atomicwr', psn=ep)),
+        ], expect={'acks_tx': 1, 'duplicates': 1}, responses=[(0x11, 0x1F, psn_add(ep, 1), 0), (0x10, 0x1F, ep, 0)])
+        self.epsn[0] = psn_add(ep, 2)
         # §6.4: duplicate READs are served only inside the original request
         rp = read_psn               # the READ above: PSNs rp .. rp+2, 2500 bytes at va
         self.step('duplicate READ, partial retry from its 2nd packet (served)',
@@ -884,6 +904,9 @@ class Hostile:
             ('FETCH_ADD past the MR end', 0x62, lambda i: [self.atomic(i, 0x14, va + L, 1)]),
             ('FETCH_ADD with a wrong R_Key', 0x62, lambda i: [self.atomic(i, 0x14, va, 1, rkey=t.rkey + 1)]),
             ('COMPARE_SWAP misaligned', 0x61, lambda i: [self.atomic(i, 0x13, va + 4, 1, 0)]),
+            ('ATOMIC_WRITE misaligned', 0x61, lambda i: [self.atomic_write(i, va + 4, b'\xEE' * 8)]),
+            ('ATOMIC_WRITE with a wrong R_Key', 0x62,
+             lambda i: [self.atomic_write(i, va, b'\xEE' * 8, rkey=t.rkey ^ 0x100)]),
             ('WRITE_MIDDLE without WRITE_FIRST', 0x61,
              lambda i: [rw.bth(0x07, self.qpn(i), self.epsn[i], ackreq=1) + b'\xEE' * PMTU]),
             ('SEND_ONLY longer than the PMTU', 0x61, lambda i: [self.send_only(i, b'\xEE' * (PMTU + 4))]),

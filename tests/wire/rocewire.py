@@ -50,6 +50,7 @@ _op(0x13, 'RC_COMPARE_SWAP', _ATMETH, False)
 _op(0x14, 'RC_FETCH_ADD', _ATMETH, False)
 _op(0x16, 'RC_SEND_LAST_INV', _IETH, True)
 _op(0x17, 'RC_SEND_ONLY_INV', _IETH, True)
+_op(0x1D, 'RC_ATOMIC_WRITE', _RETH, True)   # 8 bytes of payload
 _op(0x64, 'UD_SEND_ONLY', _DETH, True)
 _op(0x65, 'UD_SEND_ONLY_IMM', _DETH + _IMM, True)
 _op(0x80, 'IB_CNP', 0, True)            # native IB CNP (§3) - not RoCEv2
