@@ -32,8 +32,8 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	struct uroce_qp *qp;
 	int err = EINVAL;
 
-	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
-		/* send_ops_flags (ibv_wr_*), XRC, RSS ... are not offered */
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
+		/* send_ops_flags (ibv_wr_*), RSS ... are not offered */
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -44,16 +44,40 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+	bool tgt = a->qp_type == IBV_QPT_XRC_RECV;
+	if (tgt) {
+		/* an XRC TGT QP belongs to an XRC domain and has neither PD, CQs
+		 * nor queues of its own (IBA A14: its requests name the XRC SRQ
+		 * that receives them); ib_core ignores the rest */
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd || a->xrcd->context != ctx) {
+			errno = EINVAL;
+			return NULL;
+		}
+		a->pd = NULL;
+		a->send_cq = a->recv_cq = NULL;
+		a->srq = NULL;
+		memset(&a->cap, 0, sizeof(a->cap));
+	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		errno = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV ||
-			a->qp_type == IBV_QPT_RAW_PACKET || a->qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD &&
+	    a->qp_type != IBV_QPT_XRC_SEND && !tgt) {
+		errno = a->qp_type == IBV_QPT_RAW_PACKET || a->qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx ||
+	if (a->qp_type == IBV_QPT_XRC_SEND) {
+		/* an XRC INI QP is a send queue alone: no receive CQ, no RQ, no
+		 * SRQ (IBA A14; ib_core ignores recv_cq and the receive caps) */
+		if (a->srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		a->recv_cq = NULL;
+		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
+	}
+	if ((!tgt && (!a->send_cq || a->send_cq->context != ctx)) ||
+	    (!a->recv_cq && !tgt && a->qp_type != IBV_QPT_XRC_SEND) || (a->recv_cq && a->recv_cq->context != ctx) ||
 	    a->cap.max_send_wr > UROCE_MAX_QP_WR || a->cap.max_recv_wr > UROCE_MAX_QP_WR ||
 	    a->cap.max_send_sge > UROCE_MAX_SGE || a->cap.max_recv_sge > UROCE_MAX_SGE ||
 	    a->cap.max_inline_data > UROCE_MAX_INLINE || (a->srq && a->srq->context != ctx)) {
@@ -91,9 +115,9 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		goto fail_nomem;
 	}
 	pthread_mutex_init(&qp->lock, NULL);
-	qp->pd = to_upd(a->pd);
-	qp->send_cq = to_ucq(a->send_cq);
-	qp->recv_cq = to_ucq(a->recv_cq);
+	qp->pd = a->pd ? to_upd(a->pd) : NULL;
+	qp->send_cq = a->send_cq ? to_ucq(a->send_cq) : NULL;
+	qp->recv_cq = a->recv_cq ? to_ucq(a->recv_cq) : NULL;
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.path_mtu = dev->cfg.active_mtu;
 	qp->pmtu = 128u << dev->cfg.active_mtu;
@@ -135,12 +159,19 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	qp->next_in_dev = dev->qp_list;
 	dev->qp_list = qp;
 	dev->nqp++;
-	qp->send_cq->refcnt++;
-	qp->recv_cq->refcnt++;
+	if (qp->send_cq)
+		qp->send_cq->refcnt++;
+	if (qp->recv_cq)
+		qp->recv_cq->refcnt++;
 	if (qp->srq)
 		qp->srq->refcnt++;
+	if (tgt) {
+		qp->xrcd = to_uxrcd(a->xrcd);
+		qp->xrcd->refcnt++;  /* ibv_close_xrcd: EBUSY while it lives */
+	}
 	pthread_mutex_unlock(&dev->lock);
-	atomic_fetch_add(&qp->pd->refcnt, 1);
+	if (qp->pd)
+		atomic_fetch_add(&qp->pd->refcnt, 1);
 	a->cap = qp->cap;
 	return q;
 fail_nomem:
@@ -186,6 +217,14 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	/* unpublish under rx_lock: afterwards no packet or timer can reach it */
 	pthread_mutex_lock(&dev->rx_lock);
 	pthread_mutex_lock(&dev->lock);
+	if (qp->opens) {
+		/* an XRC TGT QP opened by ibv_open_qp lives until its last
+		 * handle is destroyed (ib_core keeps the shared QP so) */
+		qp->opens--;
+		pthread_mutex_unlock(&dev->lock);
+		pthread_mutex_unlock(&dev->rx_lock);
+		return 0;
+	}
 	atomic_store(&dev->qp_table[qp->qpn & (UROCE_MAX_QP - 1)], NULL);
 	for (struct uroce_qp **pp = &dev->qp_list; *pp; pp = &(*pp)->next_in_dev)
 		if (*pp == qp) {
@@ -196,10 +235,14 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	if (qp->type == IBV_QPT_UD && --dev->nqp_ud == 0)
 		net_rx_ip_meta(dev->net, false);
 	dev->nqp--;
-	qp->send_cq->refcnt--;
-	qp->recv_cq->refcnt--;
+	if (qp->send_cq)
+		qp->send_cq->refcnt--;
+	if (qp->recv_cq)
+		qp->recv_cq->refcnt--;
 	if (qp->srq)
 		qp->srq->refcnt--;
+	if (qp->xrcd)
+		qp->xrcd->refcnt--;
 	pthread_mutex_unlock(&dev->lock);
 	pthread_mutex_unlock(&dev->rx_lock);
 	/* events never read are dropped with the QP (the kernel does so); those
@@ -219,7 +262,8 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	}
 	qp->flow = NULL;
 	pthread_mutex_unlock(&qp->lock);
-	atomic_fetch_sub(&qp->pd->refcnt, 1);
+	if (qp->pd)
+		atomic_fetch_sub(&qp->pd->refcnt, 1);
 	qp_free(qp);
 	return 0;
 }
