@@ -44,43 +44,46 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	bool tgt = a->qp_type == IBV_QPT_XRC_RECV;
+	/* the XRC halves ignore what they do not have (below): a copy, so the
+	 * caller's attributes stay as given */
+	struct ibv_qp_init_attr_ex in = *a;
+	bool tgt = in.qp_type == IBV_QPT_XRC_RECV;
 	if (tgt) {
 		/* an XRC TGT QP belongs to an XRC domain and has neither PD, CQs
 		 * nor queues of its own (IBA A14: its requests name the XRC SRQ
 		 * that receives them); ib_core ignores the rest */
-		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd || a->xrcd->context != ctx) {
+		if (!(in.comp_mask & IBV_QP_INIT_ATTR_XRCD) || !in.xrcd || in.xrcd->context != ctx) {
 			errno = EINVAL;
 			return NULL;
 		}
-		a->pd = NULL;
-		a->send_cq = a->recv_cq = NULL;
-		a->srq = NULL;
-		memset(&a->cap, 0, sizeof(a->cap));
-	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+		in.pd = NULL;
+		in.send_cq = in.recv_cq = NULL;
+		in.srq = NULL;
+		memset(&in.cap, 0, sizeof(in.cap));
+	} else if (!(in.comp_mask & IBV_QP_INIT_ATTR_PD) || !in.pd || in.pd->context != ctx) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD &&
-	    a->qp_type != IBV_QPT_XRC_SEND && !tgt) {
-		errno = a->qp_type == IBV_QPT_RAW_PACKET || a->qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
+	if (in.qp_type != IBV_QPT_RC && in.qp_type != IBV_QPT_UC && in.qp_type != IBV_QPT_UD &&
+	    in.qp_type != IBV_QPT_XRC_SEND && !tgt) {
+		errno = in.qp_type == IBV_QPT_RAW_PACKET || in.qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if (a->qp_type == IBV_QPT_XRC_SEND) {
+	if (in.qp_type == IBV_QPT_XRC_SEND) {
 		/* an XRC INI QP is a send queue alone: no receive CQ, no RQ, no
 		 * SRQ (IBA A14; ib_core ignores recv_cq and the receive caps) */
-		if (a->srq) {
+		if (in.srq) {
 			errno = EINVAL;
 			return NULL;
 		}
-		a->recv_cq = NULL;
-		a->cap.max_recv_wr = a->cap.max_recv_sge = 0;
+		in.recv_cq = NULL;
+		in.cap.max_recv_wr = in.cap.max_recv_sge = 0;
 	}
-	if ((!tgt && (!a->send_cq || a->send_cq->context != ctx)) ||
-	    (!a->recv_cq && !tgt && a->qp_type != IBV_QPT_XRC_SEND) || (a->recv_cq && a->recv_cq->context != ctx) ||
-	    a->cap.max_send_wr > UROCE_MAX_QP_WR || a->cap.max_recv_wr > UROCE_MAX_QP_WR ||
-	    a->cap.max_send_sge > UROCE_MAX_SGE || a->cap.max_recv_sge > UROCE_MAX_SGE ||
-	    a->cap.max_inline_data > UROCE_MAX_INLINE || (a->srq && a->srq->context != ctx)) {
+	if ((!tgt && (!in.send_cq || in.send_cq->context != ctx)) ||
+	    (!in.recv_cq && !tgt && in.qp_type != IBV_QPT_XRC_SEND) || (in.recv_cq && in.recv_cq->context != ctx) ||
+	    in.cap.max_send_wr > UROCE_MAX_QP_WR || in.cap.max_recv_wr > UROCE_MAX_QP_WR ||
+	    in.cap.max_send_sge > UROCE_MAX_SGE || in.cap.max_recv_sge > UROCE_MAX_SGE ||
+	    in.cap.max_inline_data > UROCE_MAX_INLINE || (in.srq && in.srq->context != ctx)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -90,15 +93,15 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		return NULL;
 	}
 	qp->dev = dev;
-	qp->type = a->qp_type;
+	qp->type = in.qp_type;
 	responder_reset(qp);
 	ack_reset(qp);
 	qp->cc.max = dev->cfg.window;
-	qp->sq_sig_all = a->sq_sig_all;
-	qp->cap = a->cap;
+	qp->sq_sig_all = in.sq_sig_all;
+	qp->cap = in.cap;
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
-	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
+	qp->sq_size = in.cap.max_send_wr ? in.cap.max_send_wr : 1;
 	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
 	/* one extra segment slot per WQE carries inline data */
 	qp->sq_segs = calloc((size_t)qp->sq_size * (qp->cap.max_send_sge + 1), sizeof(*qp->sq_segs));
@@ -107,30 +110,30 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		goto fail_nomem;
 	for (uint32_t i = 0; i < qp->sq_size; i++)
 		qp->sq[i].seg = qp->sq_segs + (size_t)i * (qp->cap.max_send_sge + 1);
-	if (a->srq) {
-		qp->srq = to_usrq(a->srq);
+	if (in.srq) {
+		qp->srq = to_usrq(in.srq);
 		qp->cap.max_recv_wr = 0;
 		qp->cap.max_recv_sge = 0;
-	} else if (rq_init(&qp->rq, a->cap.max_recv_wr, a->cap.max_recv_sge)) {
+	} else if (rq_init(&qp->rq, in.cap.max_recv_wr, in.cap.max_recv_sge)) {
 		goto fail_nomem;
 	}
 	pthread_mutex_init(&qp->lock, NULL);
-	qp->pd = a->pd ? to_upd(a->pd) : NULL;
-	qp->send_cq = a->send_cq ? to_ucq(a->send_cq) : NULL;
-	qp->recv_cq = a->recv_cq ? to_ucq(a->recv_cq) : NULL;
+	qp->pd = in.pd ? to_upd(in.pd) : NULL;
+	qp->send_cq = in.send_cq ? to_ucq(in.send_cq) : NULL;
+	qp->recv_cq = in.recv_cq ? to_ucq(in.recv_cq) : NULL;
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.path_mtu = dev->cfg.active_mtu;
 	qp->pmtu = 128u << dev->cfg.active_mtu;
 
 	struct ibv_qp *q = &qp->ibv.qp_base;
 	q->context = ctx;
-	q->qp_context = a->qp_context;
-	q->pd = a->pd;
-	q->send_cq = a->send_cq;
-	q->recv_cq = a->recv_cq;
-	q->srq = a->srq;
+	q->qp_context = in.qp_context;
+	q->pd = in.pd;
+	q->send_cq = in.send_cq;
+	q->recv_cq = in.recv_cq;
+	q->srq = in.srq;
 	q->state = IBV_QPS_RESET;
-	q->qp_type = a->qp_type;
+	q->qp_type = in.qp_type;
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
 
@@ -166,7 +169,7 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	if (qp->srq)
 		qp->srq->refcnt++;
 	if (tgt) {
-		qp->xrcd = to_uxrcd(a->xrcd);
+		qp->xrcd = to_uxrcd(in.xrcd);
 		qp->xrcd->refcnt++;  /* ibv_close_xrcd: EBUSY while it lives */
 	}
 	pthread_mutex_unlock(&dev->lock);
