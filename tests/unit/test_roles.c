@@ -2135,6 +2135,71 @@ out:
 	xrig_down(&t);
 }
 
+/* The named XRC SRQ is empty: RNR NAK with the TGT QP's min_rnr_timer, in
+ * XRC's ACKNOWLEDGE; not fatal, the retried SEND lands once a receive is
+ * posted to that SRQ (§5.2). */
+static void test_xrc_tgt_rnr(void)
+{
+	struct xrig t;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[100] = { 7 };
+	struct pkt p;
+
+	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.other_srq, 0x64, &m, 0, 2048);  /* another domain's receive is no use */
+	xrc_begin(&p, OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn);
+	pkt_queue(&p, d, sizeof(d));
+	deliver();
+	check_nsent(1, "XRC SEND into an empty SRQ");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_RNR_NAK | MIN_RNR_TIMER, "RNR NAK");
+	CHECK(qp_state(t.r.qp) == IBV_QPS_RTS, "TGT QP state %d after an RNR NAK, want RTS", qp_state(t.r.qp));
+	fake_sent_clear();
+	xsrq_post(t.srq, 0x65, &m, 2048, 2048);
+	xrc_begin(&p, OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn);
+	pkt_queue(&p, d, sizeof(d));
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 2) == 1, "one receive completion after the retry");
+	check_wc(&wc[0], 0x65, IBV_WC_SUCCESS, IBV_WC_RECV, t.r.qpn, "retried XRC SEND");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, "ACK of the retried SEND");
+out:
+	mem_down(&m);
+	xrig_down(&t);
+}
+
+/* The XRC SRQ a message under way receives into is destroyed: the TGT QP
+ * forgets it with the WQE it took (no completion for it, as for the SRQ's
+ * other WQEs), and the rest of the message, naming a number that is gone,
+ * is NAKed 0x62. */
+static void test_xrc_srq_destroyed_mid_message(void)
+{
+	struct xrig t;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	uint8_t d[1100];
+	struct pkt p;
+
+	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.srq, 0x66, &m, 0, 2048);
+	pattern(d, sizeof(d), 55);
+	xrc_begin(&p, OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn);
+	pkt_queue(&p, d, 1024);
+	deliver();
+	CHECK(uroce_destroy_srq(t.srq) == 0, "destroy the XRC SRQ with a message under way");
+	t.srq = NULL;
+	fake_sent_clear();
+	xrc_begin(&p, OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn);
+	pkt_queue(&p, d + 1024, sizeof(d) - 1024);
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 2) == 0, "a completion for the destroyed SRQ's WQE");
+	check_xrc_aeth(fake_sent(0), RQ_PSN + 1, AETH_NAK_REM_ACCESS, "NAK of the LAST naming a destroyed SRQ");
+out:
+	mem_down(&m);
+	xrig_down(&t);
+}
+
 static void test_xrc_no_such_srq(void) { xrc_bad_srq(false); }
 static void test_xrc_srq_other_domain(void) { xrc_bad_srq(true); }
 
@@ -2252,6 +2317,8 @@ int main(void)
 		{ "XRC: a SEND lands in the XRC SRQ its XRCETH names", test_xrc_tgt_send },
 		{ "XRC: WRITE and READ through a TGT QP, the SRQ's PD", test_xrc_tgt_write_read },
 		{ "XRC: an XRCETH naming no SRQ is NAKed 0x62", test_xrc_no_such_srq },
+		{ "XRC: an empty XRC SRQ gets an RNR NAK, the retry lands", test_xrc_tgt_rnr },
+		{ "XRC: the SRQ destroyed mid-message, the rest NAKed", test_xrc_srq_destroyed_mid_message },
 		{ "XRC: an SRQ of another XRC domain is NAKed 0x62", test_xrc_srq_other_domain },
 		{ "XRC: INI requests carry the XRCETH, XRC responses complete", test_xrc_ini_requests },
 	};
