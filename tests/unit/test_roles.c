@@ -1947,6 +1947,7 @@ static void teardown(void)
  * receives complete to r->rcq; a second domain with an SRQ of its own. */
 struct xrig {
 	struct rig r;
+	struct mem m;                 /* registered in the PD of both SRQs */
 	struct ibv_xrcd *x, *other;
 	struct ibv_srq *srq, *other_srq;
 	uint32_t srqn, other_srqn;
@@ -1972,9 +1973,11 @@ static struct ibv_srq *xsrq_create(struct ibv_xrcd *x, struct ibv_cq *cq, uint32
 	return s;
 }
 
-static bool xrig_up(struct xrig *t)
+static bool xrig_up(struct xrig *t, unsigned access)
 {
 	memset(t, 0, sizeof(*t));
+	if (!mem_up(&t->m, 8192, 8192, access))
+		goto fail;
 	t->x = xrcd_private();
 	t->other = xrcd_private();
 	t->r.rcq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
@@ -2008,6 +2011,7 @@ static void xrig_down(struct xrig *t)
 		CHECK(uroce_close_xrcd(t->x) == 0, "close XRCD");
 	if (t->other)
 		CHECK(uroce_close_xrcd(t->other) == 0, "close the other XRCD");
+	mem_down(&t->m);
 	async_drain();
 }
 
@@ -2027,6 +2031,14 @@ static uint8_t *xrc_begin(struct pkt *p, uint8_t op, uint32_t dqpn, uint32_t psn
 	return h;
 }
 
+/* An XRC SEND packet of n bytes from the peer into SRQ srqn. */
+static void xrc_send(uint8_t op, uint32_t dqpn, uint32_t psn, uint32_t srqn, const void *data, uint32_t n)
+{
+	struct pkt p;
+	xrc_begin(&p, op, dqpn, psn, srqn);
+	pkt_queue(&p, data, n);
+}
+
 /* An XRC ACK/NAK: XRC's ACKNOWLEDGE opcode, no XRCETH (§2.2, §3). */
 static void check_xrc_aeth(const struct fake_pkt *p, uint32_t psn, uint8_t syndrome, const char *what)
 {
@@ -2042,29 +2054,24 @@ static void check_xrc_aeth(const struct fake_pkt *p, uint32_t psn, uint8_t syndr
 static void test_xrc_tgt_send(void)
 {
 	struct xrig t;
-	struct mem m = { 0 };
 	struct ibv_wc wc[4];
 	uint8_t d[1500];
-	struct pkt p;
 
-	if (!xrig_up(&t) || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE))
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
 		goto out;
-	xsrq_post(t.srq, 0x61, &m, 0, 4096);
+	xsrq_post(t.srq, 0x61, &t.m, 0, 4096);
 	pattern(d, sizeof(d), 51);
-	xrc_begin(&p, OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn);
-	pkt_queue(&p, d, 1024);
-	xrc_begin(&p, OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn);
-	pkt_queue(&p, d + 1024, sizeof(d) - 1024);
+	xrc_send(OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn, d, 1024);
+	xrc_send(OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn, d + 1024, sizeof(d) - 1024);
 	deliver();
 	CHECK(cq_take(t.r.rcq, wc, 4) == 1, "one receive completion on the XRC SRQ's CQ");
 	check_wc(&wc[0], 0x61, IBV_WC_SUCCESS, IBV_WC_RECV, t.r.qpn, "XRC SEND");
 	CHECK(wc[0].byte_len == sizeof(d), "XRC SEND byte_len %u", wc[0].byte_len);
-	CHECK(!memcmp(m.host, d, sizeof(d)) && untouched(&m, sizeof(d), 4096 - sizeof(d)),
+	CHECK(!memcmp(t.m.host, d, sizeof(d)) && untouched(&t.m, sizeof(d), 4096 - sizeof(d)),
 	      "XRC SEND bytes in the SRQ's receive buffer");
 	check_nsent(1, "XRC SEND");
 	check_xrc_aeth(fake_sent(0), RQ_PSN + 1, AETH_ACK_UNLIMITED, "ACK of the XRC SEND");
 out:
-	mem_down(&m);
 	xrig_down(&t);
 }
 
@@ -2074,24 +2081,22 @@ out:
 static void test_xrc_tgt_write_read(void)
 {
 	struct xrig t;
-	struct mem m = { 0 };
 	uint8_t d[200];
 	struct pkt p;
 
-	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-						       IBV_ACCESS_REMOTE_READ))
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
 		goto out;
 	pattern(d, sizeof(d), 52);
 	uint8_t *h = xrc_begin(&p, OP_XRC_WRITE_ONLY, t.r.qpn, RQ_PSN, t.srqn);
-	reth_set(h + opinfo(OP_XRC_WRITE_ONLY)->off_reth, m.iova + 100, m.mr->rkey, sizeof(d));
+	reth_set(h + opinfo(OP_XRC_WRITE_ONLY)->off_reth, t.m.iova + 100, t.m.mr->rkey, sizeof(d));
 	pkt_queue(&p, d, sizeof(d));
 	deliver();
-	CHECK(!memcmp(m.host + 100, d, sizeof(d)) && untouched(&m, 0, 100), "XRC WRITE landed at its RETH address");
+	CHECK(!memcmp(t.m.host + 100, d, sizeof(d)) && untouched(&t.m, 0, 100), "XRC WRITE landed at its RETH address");
 	check_nsent(1, "XRC WRITE");
 	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, "ACK of the XRC WRITE");
 	fake_sent_clear();
 	h = xrc_begin(&p, OP_XRC_READ_REQUEST, t.r.qpn, RQ_PSN + 1, t.srqn);
-	reth_set(h + opinfo(OP_XRC_READ_REQUEST)->off_reth, m.iova + 100, m.mr->rkey, sizeof(d));
+	reth_set(h + opinfo(OP_XRC_READ_REQUEST)->off_reth, t.m.iova + 100, t.m.mr->rkey, sizeof(d));
 	pkt_queue(&p, NULL, 0);
 	deliver();
 	check_nsent(1, "XRC READ");
@@ -2101,7 +2106,6 @@ static void test_xrc_tgt_write_read(void)
 		CHECK(aeth_syndrome(o->buf + BTH_LEN) == AETH_ACK_UNLIMITED, "XRC READ response AETH right after the BTH");
 	}
 out:
-	mem_down(&m);
 	xrig_down(&t);
 }
 
@@ -2111,27 +2115,23 @@ out:
 static void xrc_bad_srq(bool other_domain)
 {
 	struct xrig t;
-	struct mem m = { 0 };
 	struct ibv_wc wc[4];
 	uint8_t d[64] = { 1 };
-	struct pkt p;
 
-	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
 		goto out;
-	xsrq_post(t.srq, 0x62, &m, 0, 2048);
-	xsrq_post(t.other_srq, 0x63, &m, 2048, 2048);
+	xsrq_post(t.srq, 0x62, &t.m, 0, 2048);
+	xsrq_post(t.other_srq, 0x63, &t.m, 2048, 2048);
 	uint32_t srqn = other_domain ? t.other_srqn : (t.srqn ^ 0x800);
-	xrc_begin(&p, OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, srqn);
-	pkt_queue(&p, d, sizeof(d));
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, srqn, d, sizeof(d));
 	deliver();
 	CHECK(cq_take(t.r.rcq, wc, 4) == 0, "a receive completed for an XRCETH %s",
 	      other_domain ? "of another domain" : "naming no SRQ");
-	CHECK(untouched(&m, 0, 4096), "bytes placed for a bad XRCETH");
+	CHECK(untouched(&t.m, 0, 4096), "bytes placed for a bad XRCETH");
 	check_nsent(1, "bad XRCETH");
 	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_NAK_REM_ACCESS, "NAK of the bad XRCETH");
 	CHECK(qp_state(t.r.qp) == IBV_QPS_ERR, "TGT QP state %d after the NAK, want ERR", qp_state(t.r.qp));
 out:
-	mem_down(&m);
 	xrig_down(&t);
 }
 
@@ -2141,30 +2141,25 @@ out:
 static void test_xrc_tgt_rnr(void)
 {
 	struct xrig t;
-	struct mem m = { 0 };
 	struct ibv_wc wc[2];
 	uint8_t d[100] = { 7 };
-	struct pkt p;
 
-	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
 		goto out;
-	xsrq_post(t.other_srq, 0x64, &m, 0, 2048);  /* another domain's receive is no use */
-	xrc_begin(&p, OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn);
-	pkt_queue(&p, d, sizeof(d));
+	xsrq_post(t.other_srq, 0x64, &t.m, 0, 2048);  /* another domain's receive is no use */
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn, d, sizeof(d));
 	deliver();
 	check_nsent(1, "XRC SEND into an empty SRQ");
 	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_RNR_NAK | MIN_RNR_TIMER, "RNR NAK");
 	CHECK(qp_state(t.r.qp) == IBV_QPS_RTS, "TGT QP state %d after an RNR NAK, want RTS", qp_state(t.r.qp));
 	fake_sent_clear();
-	xsrq_post(t.srq, 0x65, &m, 2048, 2048);
-	xrc_begin(&p, OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn);
-	pkt_queue(&p, d, sizeof(d));
+	xsrq_post(t.srq, 0x65, &t.m, 2048, 2048);
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn, d, sizeof(d));
 	deliver();
 	CHECK(cq_take(t.r.rcq, wc, 2) == 1, "one receive completion after the retry");
 	check_wc(&wc[0], 0x65, IBV_WC_SUCCESS, IBV_WC_RECV, t.r.qpn, "retried XRC SEND");
 	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, "ACK of the retried SEND");
 out:
-	mem_down(&m);
 	xrig_down(&t);
 }
 
@@ -2175,28 +2170,23 @@ out:
 static void test_xrc_srq_destroyed_mid_message(void)
 {
 	struct xrig t;
-	struct mem m = { 0 };
 	struct ibv_wc wc[2];
 	uint8_t d[1100];
-	struct pkt p;
 
-	if (!xrig_up(&t) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
 		goto out;
-	xsrq_post(t.srq, 0x66, &m, 0, 2048);
+	xsrq_post(t.srq, 0x66, &t.m, 0, 2048);
 	pattern(d, sizeof(d), 55);
-	xrc_begin(&p, OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn);
-	pkt_queue(&p, d, 1024);
+	xrc_send(OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn, d, 1024);
 	deliver();
 	CHECK(uroce_destroy_srq(t.srq) == 0, "destroy the XRC SRQ with a message under way");
 	t.srq = NULL;
 	fake_sent_clear();
-	xrc_begin(&p, OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn);
-	pkt_queue(&p, d + 1024, sizeof(d) - 1024);
+	xrc_send(OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn, d + 1024, sizeof(d) - 1024);
 	deliver();
 	CHECK(cq_take(t.r.rcq, wc, 2) == 0, "a completion for the destroyed SRQ's WQE");
 	check_xrc_aeth(fake_sent(0), RQ_PSN + 1, AETH_NAK_REM_ACCESS, "NAK of the LAST naming a destroyed SRQ");
 out:
-	mem_down(&m);
 	xrig_down(&t);
 }
 
