@@ -6,37 +6,15 @@
 #include <string.h>
 #include "ops.h"
 
-static struct ibv_xrcd *unsup_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr)
-{
-	(void)ctx; (void)attr;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-static int unsup_close_xrcd(struct ibv_xrcd *xrcd)
-{
-	(void)xrcd;
-	return EOPNOTSUPP;
-}
-
-static int unsup_get_srq_num(struct ibv_srq *srq, uint32_t *num)
-{
-	(void)srq; (void)num;
-	return EOPNOTSUPP;
-}
-
-static struct ibv_qp *unsup_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr)
-{
-	(void)ctx; (void)attr;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
 static struct ibv_srq *create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
 {
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type == IBV_SRQT_XRC &&
+	    !(a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+					  IBV_SRQ_INIT_ATTR_CQ)))
+		return uroce_create_xrc_srq(ctx, a);
 	if ((a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD)) ||
 	    ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)) {
-		errno = EOPNOTSUPP; /* XRC and tag-matching SRQs */
+		errno = EOPNOTSUPP; /* tag-matching SRQs */
 		return NULL;
 	}
 	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
@@ -69,8 +47,8 @@ void uroce_fill_ops(struct verbs_context *v)
 	v->create_cq_ex = uroce_create_cq_ex;
 	v->create_qp_ex = uroce_create_qp_ex;
 	v->create_srq_ex = create_srq_ex;
-	v->open_xrcd = unsup_open_xrcd;
-	v->close_xrcd = unsup_close_xrcd;
-	v->get_srq_num = unsup_get_srq_num;
-	v->open_qp = unsup_open_qp;
+	v->open_xrcd = uroce_open_xrcd;
+	v->close_xrcd = uroce_close_xrcd;
+	v->get_srq_num = uroce_get_srq_num;
+	v->open_qp = uroce_open_qp;
 }

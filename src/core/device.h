@@ -44,6 +44,9 @@ struct uroce_dev {
 	uint32_t qpn_next;
 	unsigned nqp, ncq, nmr, npd, nah, nsrq;
 	unsigned nqp_ud;               /* (dev->lock) while > 0: net_rx_ip_meta */
+	/* XRC SRQs by number (obj/xrc.c publishes under rx_lock and dev->lock) */
+	_Atomic(struct uroce_srq *) srq_table[UROCE_MAX_SRQ];
+	uint32_t srqn_next;
 
 	struct uroce_engine eng;
 	atomic_int rx_writes_open;      /* QPs with an RDMA WRITE partly received (qp_set_in_write) */
@@ -68,6 +71,14 @@ static inline struct uroce_qp *dev_lookup_qp(struct uroce_dev *dev, uint32_t qpn
 	struct uroce_qp *qp = atomic_load_explicit(&dev->qp_table[qpn & (UROCE_MAX_QP - 1)],
 						   memory_order_acquire);
 	return (qp && qp->qpn == qpn) ? qp : NULL;
+}
+
+/* XRC SRQ table (obj/xrc.c): SRQN = salt << 12 | index, index 0 unused. */
+static inline struct uroce_srq *dev_lookup_srq(struct uroce_dev *dev, uint32_t srqn)
+{
+	struct uroce_srq *s = atomic_load_explicit(&dev->srq_table[srqn & (UROCE_MAX_SRQ - 1)],
+						   memory_order_acquire);
+	return (s && s->srqn == srqn) ? s : NULL;
 }
 
 /* A QP's responder starts or ends an RDMA WRITE of several packets; the

@@ -111,6 +111,7 @@ struct uroce_send_wqe {
 	uint32_t remote_qpn, remote_qkey;
 	uint8_t dgid[16];
 	uint8_t sgid_index, tclass;
+	uint32_t remote_srqn;     /* XRC INI: the XRC SRQ its XRCETH names (wr.qp_type.xrc) */
 };
 
 struct uroce_recv_wqe {
@@ -140,11 +141,26 @@ struct uroce_rd_res {
 	uint8_t atomic_op;
 };
 
+/* An XRC domain as an application holds it (obj/xrc.c): each
+ * ibv_open_xrcd returns its own handle; handles opened on one file share
+ * `dom`, and objects of the same dom belong to the same domain. */
+struct uroce_xrc_dom;
+struct uroce_xrcd {
+	struct ibv_xrcd ibv;          /* what applications see */
+	struct uroce_xrc_dom *dom;
+	int refcnt;                   /* XRC SRQs and TGT QPs made with this handle (dev->lock) */
+};
+
 struct uroce_srq {
 	struct ibv_srq ibv;
 	struct uroce_rq rq;
 	uint32_t srq_limit;
 	int refcnt;
+	/* XRC SRQ (IBV_SRQT_XRC): its number, domain and the CQ its receives
+	 * complete to (XRC TGT QPs have none of their own) */
+	uint32_t srqn;                /* 0: not an XRC SRQ */
+	struct uroce_xrcd *xrcd;
+	struct uroce_cq *cq;
 };
 
 struct uroce_ah {
@@ -200,6 +216,11 @@ struct uroce_resp {
 	uint32_t write_rkey, write_left;
 	struct uroce_rd_res *res;   /* max_dest_rd_atomic ring */
 	uint32_t res_size, res_next;
+	/* XRC TGT: the XRC SRQ the last request's XRCETH named, if it is one
+	 * of the QP's domain (NULL otherwise); its PD checks the request's
+	 * memory, its CQ takes the receive completions (obj/xrc.c clears it
+	 * when that SRQ is destroyed) */
+	struct uroce_srq *xrc_srq;
 };
 
 /* The responder's ACKs (transport/ack.c): the one owed, and whether it
@@ -261,8 +282,10 @@ struct uroce_qp {
 	struct uroce_ack ack;
 
 	/* ---- objects */
-	struct uroce_cq *send_cq, *recv_cq;
-	struct uroce_pd *pd;
+	struct uroce_cq *send_cq, *recv_cq;   /* XRC: INI has no recv_cq, TGT neither */
+	struct uroce_pd *pd;                 /* NULL for an XRC TGT QP */
+	struct uroce_xrcd *xrcd;             /* XRC TGT: the domain (obj/xrc.c) */
+	int opens;                           /* XRC TGT: ibv_open_qp handles besides the creator's (dev->lock) */
 	uint32_t events_reported;
 	bool cq_lost;             /* a completion of this QP did not fit its CQ (qp_cq_lost) */
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
@@ -273,6 +296,24 @@ struct uroce_qp {
 static inline bool qp_state_responds(enum ibv_qp_state st)
 {
 	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
+/* RC's transport rules (ACKs, NAKs, retries, READ/atomics) also hold for
+ * both halves of XRC: an XRC INI QP is an RC requester, an XRC TGT QP an RC
+ * responder whose receives go to the SRQ each request names (IBA 9.2,
+ * Annex A14). */
+static inline bool qp_reliable(const struct uroce_qp *qp)
+{
+	return qp->type == IBV_QPT_RC || qp->type == IBV_QPT_XRC_SEND || qp->type == IBV_QPT_XRC_RECV;
+}
+
+/* The transport prefix of the QP's wire opcodes (§3): RC 0x00, UC 0x20,
+ * XRC 0xA0, each ORed onto RC's operation code. */
+static inline uint8_t qp_opcode_base(const struct uroce_qp *qp)
+{
+	if (qp->type == IBV_QPT_UC)
+		return 0x20;
+	return qp->type == IBV_QPT_XRC_SEND || qp->type == IBV_QPT_XRC_RECV ? 0xA0 : 0;
 }
 
 /* Every send-side timer off (nothing outstanding, a flush, a reset). */
@@ -301,6 +342,7 @@ static inline struct uroce_cq *to_ucq(struct ibv_cq *c) { return container_of((s
 static inline struct uroce_cq *to_ucqx(struct ibv_cq_ex *c) { return container_of(c, struct uroce_cq, ibv); }
 static inline struct uroce_qp *to_uqp(struct ibv_qp *q) { return container_of(q, struct uroce_qp, ibv.qp_base); }
 static inline struct uroce_srq *to_usrq(struct ibv_srq *s) { return container_of(s, struct uroce_srq, ibv); }
+static inline struct uroce_xrcd *to_uxrcd(struct ibv_xrcd *x) { return container_of(x, struct uroce_xrcd, ibv); }
 static inline struct uroce_ah *to_uah(struct ibv_ah *a) { return container_of(a, struct uroce_ah, ibv); }
 static inline struct uroce_comp_channel *to_uchan(struct ibv_comp_channel *c) { return container_of(c, struct uroce_comp_channel, ibv); }
 

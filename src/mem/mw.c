@@ -146,8 +146,8 @@ bool mw_invalidate_remote(struct uroce_qp *qp, uint32_t rkey)
 /* The window check (rxe_lookup_mw, then the MR's range as it is now: a
  * re-registered MR may no longer hold the window).  Under rx_lock, which
  * keeps mw->view stable for the caller's use of it. */
-static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_mw *mw, uint32_t rkey, uint64_t va,
-				       uint64_t len, unsigned access, struct uroce_mr **out)
+static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_pd *pd, struct uroce_mw *mw, uint32_t rkey,
+				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
 {
 	enum uroce_mem_verdict v = MEM_OK;
 	bool zb;
@@ -158,7 +158,7 @@ static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_mw *mw,
 	mr = mw->mr ? mr_get(qp->dev, mw->mr_lkey) : NULL;
 	if (mw->key != rkey || mw->state != MW_VALID || !mw->length || mr != mw->mr || !mr)
 		v = MEM_KEY_INVALID;            /* unbound, invalidated, or a key of before */
-	else if (to_upd(mw->ibv.pd) != qp->pd)
+	else if (to_upd(mw->ibv.pd) != pd)
 		v = MEM_PD_MISMATCH;
 	else if (mw->ibv.type == IBV_MW_TYPE_2 && (mw->qp != qp || mw->qpn != qp->qpn))
 		v = MEM_QP_MISMATCH;            /* IBA 10.6.7.2.4: type 2 works through its QP only */
@@ -182,12 +182,12 @@ static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_mw *mw,
 	return v;
 }
 
-enum uroce_mem_verdict rkey_check_remote(struct uroce_qp *qp, uint32_t rkey, uint64_t va, uint64_t len,
-					 unsigned access, struct uroce_mr **out)
+enum uroce_mem_verdict rkey_check_remote(struct uroce_qp *qp, struct uroce_pd *pd, uint32_t rkey, uint64_t va,
+					 uint64_t len, unsigned access, struct uroce_mr **out)
 {
 	struct uroce_mw *mw = mem_mw_slot(rkey);
 
 	if (mw)
-		return mw_check(qp, mw, rkey, va, len, access, out);
-	return mr_check_remote(qp->dev, qp->pd, rkey, va, len, access, out);
+		return mw_check(qp, pd, mw, rkey, va, len, access, out);
+	return mr_check_remote(qp->dev, pd, rkey, va, len, access, out);
 }

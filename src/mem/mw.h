@@ -54,10 +54,11 @@ enum ibv_wc_status mw_local_op(struct uroce_qp *qp, struct uroce_send_wqe *w);
 bool mw_invalidate_remote(struct uroce_qp *qp, uint32_t rkey);
 
 /* The responder's key check: an rkey naming a window is checked against
- * the window (state, PD, QP for type 2, access, range) and its MR; any
+ * the window (state, `pd` -- the QP's, or an XRC TGT's SRQ's --, QP for type 2,
+ * access, range) and its MR; any
  * other goes to mr_check_remote.  *out is an MR whose mr_host() maps the
  * request's addresses (a window's view: zero-based windows translate). */
-enum uroce_mem_verdict rkey_check_remote(struct uroce_qp *qp, uint32_t rkey, uint64_t va, uint64_t len,
-					 unsigned access, struct uroce_mr **out);
+enum uroce_mem_verdict rkey_check_remote(struct uroce_qp *qp, struct uroce_pd *pd, uint32_t rkey, uint64_t va,
+					 uint64_t len, unsigned access, struct uroce_mr **out);
 
 #endif

@@ -37,6 +37,15 @@ int uroce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
 int uroce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int uroce_destroy_srq(struct ibv_srq *srq);
 
+/* XRC (xrc.c): domains, XRC SRQs, opening a TGT QP by number. */
+struct ibv_xrcd *uroce_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr);
+int uroce_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *uroce_create_xrc_srq(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr);
+int uroce_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_qp *uroce_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr);
+/* An XRC SRQ being destroyed leaves its number (0, or EBUSY). */
+int xrc_srq_unpublish(struct uroce_srq *srq);
+
 /* A receive queue's storage: max_wr WQEs of max_sge segments each (srq.c). */
 int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge);
 void rq_fini(struct uroce_rq *rq);

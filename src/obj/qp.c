@@ -35,9 +35,9 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	struct uroce_qp *qp;
 	int err = EINVAL;
 
-	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
 				       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-		/* XRC, RSS ... are not offered */
+		/* RSS ... are not offered */
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -48,19 +48,46 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+	/* the XRC halves ignore what they do not have (below): a copy, so the
+	 * caller's attributes stay as given */
+	struct ibv_qp_init_attr_ex in = *a;
+	bool tgt = in.qp_type == IBV_QPT_XRC_RECV;
+	if (tgt) {
+		/* an XRC TGT QP belongs to an XRC domain and has neither PD, CQs
+		 * nor queues of its own (IBA A14: its requests name the XRC SRQ
+		 * that receives them); ib_core ignores the rest */
+		if (!(in.comp_mask & IBV_QP_INIT_ATTR_XRCD) || !in.xrcd || in.xrcd->context != ctx) {
+			errno = EINVAL;
+			return NULL;
+		}
+		in.pd = NULL;
+		in.send_cq = in.recv_cq = NULL;
+		in.srq = NULL;
+		memset(&in.cap, 0, sizeof(in.cap));
+	} else if (!(in.comp_mask & IBV_QP_INIT_ATTR_PD) || !in.pd || in.pd->context != ctx) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		errno = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV ||
-			a->qp_type == IBV_QPT_RAW_PACKET || a->qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
+	if (in.qp_type != IBV_QPT_RC && in.qp_type != IBV_QPT_UC && in.qp_type != IBV_QPT_UD &&
+	    in.qp_type != IBV_QPT_XRC_SEND && !tgt) {
+		errno = in.qp_type == IBV_QPT_RAW_PACKET || in.qp_type == IBV_QPT_DRIVER ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx ||
-	    a->cap.max_send_wr > UROCE_MAX_QP_WR || a->cap.max_recv_wr > UROCE_MAX_QP_WR ||
-	    a->cap.max_send_sge > UROCE_MAX_SGE || a->cap.max_recv_sge > UROCE_MAX_SGE ||
-	    a->cap.max_inline_data > UROCE_MAX_INLINE || (a->srq && a->srq->context != ctx)) {
+	if (in.qp_type == IBV_QPT_XRC_SEND) {
+		/* an XRC INI QP is a send queue alone: no receive CQ, no RQ, no
+		 * SRQ (IBA A14; ib_core ignores recv_cq and the receive caps) */
+		if (in.srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		in.recv_cq = NULL;
+		in.cap.max_recv_wr = in.cap.max_recv_sge = 0;
+	}
+	if ((!tgt && (!in.send_cq || in.send_cq->context != ctx)) ||
+	    (!in.recv_cq && !tgt && in.qp_type != IBV_QPT_XRC_SEND) || (in.recv_cq && in.recv_cq->context != ctx) ||
+	    in.cap.max_send_wr > UROCE_MAX_QP_WR || in.cap.max_recv_wr > UROCE_MAX_QP_WR ||
+	    in.cap.max_send_sge > UROCE_MAX_SGE || in.cap.max_recv_sge > UROCE_MAX_SGE ||
+	    in.cap.max_inline_data > UROCE_MAX_INLINE || (in.srq && in.srq->context != ctx)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -70,15 +97,15 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		return NULL;
 	}
 	qp->dev = dev;
-	qp->type = a->qp_type;
+	qp->type = in.qp_type;
 	responder_reset(qp);
 	ack_reset(qp);
 	qp->cc.max = dev->cfg.window;
-	qp->sq_sig_all = a->sq_sig_all;
-	qp->cap = a->cap;
+	qp->sq_sig_all = in.sq_sig_all;
+	qp->cap = in.cap;
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
-	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
+	qp->sq_size = in.cap.max_send_wr ? in.cap.max_send_wr : 1;
 	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
 	qp->sq_sges = calloc((size_t)qp->sq_size * qp->cap.max_send_sge, sizeof(*qp->sq_sges));
 	qp->sq_inline = qp->cap.max_inline_data ? malloc((size_t)qp->sq_size * qp->cap.max_inline_data) : NULL;
@@ -90,30 +117,30 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	 * answers NULL otherwise, as libibverbs does) */
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (err = qpex_create(qp, a->send_ops_flags)))
 		goto fail;
-	if (a->srq) {
-		qp->srq = to_usrq(a->srq);
+	if (in.srq) {
+		qp->srq = to_usrq(in.srq);
 		qp->cap.max_recv_wr = 0;
 		qp->cap.max_recv_sge = 0;
-	} else if (rq_init(&qp->rq, a->cap.max_recv_wr, a->cap.max_recv_sge)) {
+	} else if (rq_init(&qp->rq, in.cap.max_recv_wr, in.cap.max_recv_sge)) {
 		goto fail_nomem;
 	}
 	pthread_mutex_init(&qp->lock, NULL);
-	qp->pd = to_upd(a->pd);
-	qp->send_cq = to_ucq(a->send_cq);
-	qp->recv_cq = to_ucq(a->recv_cq);
+	qp->pd = in.pd ? to_upd(in.pd) : NULL;
+	qp->send_cq = in.send_cq ? to_ucq(in.send_cq) : NULL;
+	qp->recv_cq = in.recv_cq ? to_ucq(in.recv_cq) : NULL;
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.path_mtu = dev->cfg.active_mtu;
 	qp->pmtu = 128u << dev->cfg.active_mtu;
 
 	struct ibv_qp *q = &qp->ibv.qp_base;
 	q->context = ctx;
-	q->qp_context = a->qp_context;
-	q->pd = a->pd;
-	q->send_cq = a->send_cq;
-	q->recv_cq = a->recv_cq;
-	q->srq = a->srq;
+	q->qp_context = in.qp_context;
+	q->pd = in.pd;
+	q->send_cq = in.send_cq;
+	q->recv_cq = in.recv_cq;
+	q->srq = in.srq;
 	q->state = IBV_QPS_RESET;
-	q->qp_type = a->qp_type;
+	q->qp_type = in.qp_type;
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
 
@@ -142,12 +169,19 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	qp->next_in_dev = dev->qp_list;
 	dev->qp_list = qp;
 	dev->nqp++;
-	qp->send_cq->refcnt++;
-	qp->recv_cq->refcnt++;
+	if (qp->send_cq)
+		qp->send_cq->refcnt++;
+	if (qp->recv_cq)
+		qp->recv_cq->refcnt++;
 	if (qp->srq)
 		qp->srq->refcnt++;
+	if (tgt) {
+		qp->xrcd = to_uxrcd(in.xrcd);
+		qp->xrcd->refcnt++;  /* ibv_close_xrcd: EBUSY while it lives */
+	}
 	pthread_mutex_unlock(&dev->lock);
-	atomic_fetch_add(&qp->pd->refcnt, 1);
+	if (qp->pd)
+		atomic_fetch_add(&qp->pd->refcnt, 1);
 	a->cap = qp->cap;
 	return q;
 fail_nomem:
@@ -194,6 +228,14 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	/* unpublish under rx_lock: afterwards no packet or timer can reach it */
 	pthread_mutex_lock(&dev->rx_lock);
 	pthread_mutex_lock(&dev->lock);
+	if (qp->opens) {
+		/* an XRC TGT QP opened by ibv_open_qp lives until its last
+		 * handle is destroyed (ib_core keeps the shared QP so) */
+		qp->opens--;
+		pthread_mutex_unlock(&dev->lock);
+		pthread_mutex_unlock(&dev->rx_lock);
+		return 0;
+	}
 	atomic_store(&dev->qp_table[qp->qpn & (UROCE_MAX_QP - 1)], NULL);
 	for (struct uroce_qp **pp = &dev->qp_list; *pp; pp = &(*pp)->next_in_dev)
 		if (*pp == qp) {
@@ -204,10 +246,14 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	if (qp->type == IBV_QPT_UD && --dev->nqp_ud == 0)
 		net_rx_ip_meta(dev->net, false);
 	dev->nqp--;
-	qp->send_cq->refcnt--;
-	qp->recv_cq->refcnt--;
+	if (qp->send_cq)
+		qp->send_cq->refcnt--;
+	if (qp->recv_cq)
+		qp->recv_cq->refcnt--;
 	if (qp->srq)
 		qp->srq->refcnt--;
+	if (qp->xrcd)
+		qp->xrcd->refcnt--;
 	pthread_mutex_unlock(&dev->lock);
 	pthread_mutex_unlock(&dev->rx_lock);
 	/* events never read are dropped with the QP (the kernel does so); those
@@ -227,7 +273,8 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 	}
 	qp->flow = NULL;
 	pthread_mutex_unlock(&qp->lock);
-	atomic_fetch_sub(&qp->pd->refcnt, 1);
+	if (qp->pd)
+		atomic_fetch_sub(&qp->pd->refcnt, 1);
 	qp_free(qp);
 	return 0;
 }

@@ -1,8 +1,9 @@
 /* Receive queues (a QP's own, or shared: SRQ) as objects: their storage,
- * and the SRQ verbs.  Posting to them is sq/post.c's. */
+ * and the SRQ verbs, XRC SRQs with their numbers too (IBA A14).  Posting to them is sq/post.c's. */
 #include "obj.h"
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge)
 {
@@ -79,14 +80,119 @@ int uroce_destroy_srq(struct ibv_srq *ibsrq)
 	struct uroce_srq *srq = to_usrq(ibsrq);
 	struct uroce_dev *dev = to_uctx(ibsrq->context)->dev;
 
-	pthread_mutex_lock(&dev->lock);
-	if (srq->refcnt) {
+	if (srq->srqn) {
+		int rc = xrc_srq_unpublish(srq);  /* an XRC SRQ: its number goes first */
+		if (rc)
+			return rc;
+	} else {
+		pthread_mutex_lock(&dev->lock);
+		if (srq->refcnt) {
+			pthread_mutex_unlock(&dev->lock);
+			return EBUSY;
+		}
 		pthread_mutex_unlock(&dev->lock);
-		return EBUSY;
 	}
-	pthread_mutex_unlock(&dev->lock);
 	atomic_fetch_sub(&to_upd(ibsrq->pd)->refcnt, 1);
 	rq_fini(&srq->rq);
 	free(srq);
+	return 0;
+}
+
+/* An XRC SRQ (ibv_create_srq_ex with IBV_SRQT_XRC): an SRQ of `pd` whose
+ * receives complete to `cq`, numbered so that requests can name it, in
+ * the XRC domain of `xrcd` (all four are required, as ib_uverbs asks). */
+struct ibv_srq *uroce_create_xrc_srq(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
+{
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	const uint32_t need = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			      IBV_SRQ_INIT_ATTR_CQ;
+
+	if ((a->comp_mask & need) != need || !a->pd || a->pd->context != ctx || !a->xrcd ||
+	    a->xrcd->context != ctx || !a->cq || a->cq->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_srq_init_attr b = { .srq_context = a->srq_context, .attr = a->attr };
+	struct ibv_srq *ibs = uroce_create_srq(a->pd, &b);
+	if (!ibs)
+		return NULL;
+	a->attr = b.attr;
+	struct uroce_srq *srq = to_usrq(ibs);
+	uint16_t salt;
+	if (getrandom(&salt, sizeof(salt), GRND_NONBLOCK) != sizeof(salt))
+		salt = (uint16_t)now_ns();
+
+	/* publish under rx_lock and dev->lock, as a QP is (qp.c) */
+	pthread_mutex_lock(&dev->rx_lock);
+	pthread_mutex_lock(&dev->lock);
+	uint32_t idx = 0;
+	for (uint32_t tries = 0; tries < UROCE_MAX_SRQ; tries++) {
+		uint32_t i = dev->srqn_next++ & (UROCE_MAX_SRQ - 1);
+		if (i && !atomic_load(&dev->srq_table[i])) {
+			idx = i;
+			break;
+		}
+	}
+	if (!idx) {
+		pthread_mutex_unlock(&dev->lock);
+		pthread_mutex_unlock(&dev->rx_lock);
+		uroce_destroy_srq(ibs);
+		errno = ENOMEM;
+		return NULL;
+	}
+	srq->srqn = (uint32_t)(salt & 0xFFF) << 12 | idx;  /* 24 bits (§2.2) */
+	srq->xrcd = to_uxrcd(a->xrcd);
+	srq->cq = to_ucq(a->cq);
+	srq->xrcd->refcnt++;
+	srq->cq->refcnt++;
+	atomic_store_explicit(&dev->srq_table[idx], srq, memory_order_release);
+	pthread_mutex_unlock(&dev->lock);
+	pthread_mutex_unlock(&dev->rx_lock);
+	return ibs;
+}
+
+/* The XRC SRQ leaves its number (uroce_destroy_srq, before it is freed):
+ * unpublished under rx_lock, no request finds it any more, and a TGT QP
+ * that last received into it forgets it -- with the receive a message
+ * under way took from it, which goes with the SRQ uncompleted, as the
+ * SRQ's other WQEs do.  Returns EBUSY when SRQ-attached QPs still use it. */
+int xrc_srq_unpublish(struct uroce_srq *srq)
+{
+	struct uroce_dev *dev = to_uctx(srq->ibv.context)->dev;
+
+	pthread_mutex_lock(&dev->rx_lock);
+	pthread_mutex_lock(&dev->lock);
+	if (srq->refcnt) {
+		pthread_mutex_unlock(&dev->lock);
+		pthread_mutex_unlock(&dev->rx_lock);
+		return EBUSY;
+	}
+	atomic_store(&dev->srq_table[srq->srqn & (UROCE_MAX_SRQ - 1)], NULL);
+	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
+		if (qp->type != IBV_QPT_XRC_RECV)
+			continue;
+		pthread_mutex_lock(&qp->lock);
+		if (qp->resp.xrc_srq == srq) {
+			qp->resp.xrc_srq = NULL;
+			qp->resp.cur_recv_valid = false;
+			qp->resp.in_send = false;
+		}
+		pthread_mutex_unlock(&qp->lock);
+	}
+	srq->xrcd->refcnt--;
+	srq->cq->refcnt--;
+	srq->srqn = 0;
+	pthread_mutex_unlock(&dev->lock);
+	pthread_mutex_unlock(&dev->rx_lock);
+	return 0;
+}
+
+int uroce_get_srq_num(struct ibv_srq *ibs, uint32_t *num)
+{
+	struct uroce_srq *srq = to_usrq(ibs);
+
+	if (!srq->srqn)
+		return EINVAL;  /* only XRC SRQs are numbered */
+	*num = srq->srqn;
 	return 0;
 }

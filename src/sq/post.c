@@ -89,6 +89,8 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		w->bind_len = bi->mr ? bi->length : 0;
 		w->bind_access = bi->mw_access_flags;
 	}
+	if (qp->type == IBV_QPT_XRC_SEND)
+		w->remote_srqn = wr->qp_type.xrc.remote_srqn & 0xFFFFFF;  /* its XRCETH (§2.2) */
 	if (op->flags & WRF_IMM)
 		w->imm_data = wr->imm_data;
 	else if (op->flags & WRF_INV)
@@ -226,7 +228,9 @@ int uroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 	struct uroce_qp *qp = to_uqp(ibqp);
 	int rc = 0;
 
-	if (qp->srq) {
+	/* an XRC QP has no receive queue: INI only sends, TGT receives into
+	 * the XRC SRQs its requests name (mlx5 answers EINVAL too) */
+	if (qp->srq || qp->type == IBV_QPT_XRC_SEND || qp->type == IBV_QPT_XRC_RECV) {
 		*bad = wr;
 		return EINVAL;
 	}

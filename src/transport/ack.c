@@ -38,7 +38,7 @@ void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t p
 static void send_ack(struct uroce_qp *qp, uint32_t psn)
 {
 	dev_count(qp->dev, UC_acks_tx, 1);
-	ack_send_aeth(qp, OP_RC_ACK, AETH_ACK_UNLIMITED, psn);
+	ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, psn);
 }
 
 /* ACK coalescing (§6.5: an ACK acknowledges every PSN up to its own, and
@@ -262,6 +262,6 @@ void ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 	qp->ack.owed = false;
 	qp->ack.defer_ns = 0;
 	dev_count(qp->dev, UC_acks_tx, 1);
-	aeth_add(qp, b, OP_RC_ACK, AETH_ACK_UNLIMITED, qp->ack.owed_psn);
+	aeth_add(qp, b, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, qp->ack.owed_psn);
 }
 

@@ -297,7 +297,7 @@ void completer_reset(struct uroce_qp *qp)
 
 void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
-	if (qp->type != IBV_QPT_RC)
+	if (!qp_reliable(qp))
 		return;
 	/* responses for PSNs never sent are bogus (§6.6: ignore what is not
 	 * outstanding) */

@@ -80,16 +80,19 @@ void qp_cq_lost(struct uroce_qp *qp)
 void qp_flush_recv_queue(struct uroce_qp *qp)
 {
 	struct uroce_recv_wqe r;
+	/* an XRC TGT QP's receives complete to their XRC SRQ's CQ */
+	struct uroce_cq *cq = qp->resp.xrc_srq ? qp->resp.xrc_srq->cq : qp->recv_cq;
 
 	/* the WQE a message under way consumed is this QP's, an SRQ's too */
 	if (qp->resp.cur_recv_valid) {
 		struct ibv_wc wc = { .wr_id = qp->resp.cur_recv.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };
-		cq_push(qp->recv_cq, &wc, false);
+		if (cq)
+			cq_push(cq, &wc, false);
 		qp->resp.cur_recv_valid = false;
 	}
-	if (qp->srq)
-		return; /* the SRQ's other receives belong to the SRQ, not this QP */
+	if (qp->srq || qp->type == IBV_QPT_XRC_RECV || qp->type == IBV_QPT_XRC_SEND)
+		return; /* the SRQ's other receives belong to the SRQ, not this QP; XRC QPs have no RQ */
 	while (qp_rq_pop(qp, &r) == 0) {
 		struct ibv_wc wc = { .wr_id = r.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
 				     .opcode = IBV_WC_RECV, .qp_num = qp->qpn };
@@ -128,7 +131,7 @@ void qp_enter_error(struct uroce_qp *qp)
 
 int qp_rq_pop(struct uroce_qp *qp, struct uroce_recv_wqe *out)
 {
-	struct uroce_rq *rq = qp->srq ? &qp->srq->rq : &qp->rq;
+	struct uroce_rq *rq = qp->resp.xrc_srq ? &qp->resp.xrc_srq->rq : qp->srq ? &qp->srq->rq : &qp->rq;
 	int rc = -1;
 
 	pthread_spin_lock(&rq->lock);

@@ -89,7 +89,7 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		 * controller decides (cc/cc.h; AIMD reacts to loss only) */
 		dev_count(dev, UC_cnps_rx, 1);
 		pthread_mutex_lock(&qp->lock);
-		if (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC)
+		if (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC || qp->type == IBV_QPT_XRC_SEND)
 			cc_on_cnp(&qp->cc);
 		pthread_mutex_unlock(&qp->lock);
 		return;
@@ -107,7 +107,10 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	/* 6. transport and peer match the QP (§1.5 items 3-4) */
 	bool type_ok = (qp->type == IBV_QPT_RC && (oi->mask & OPF_RC)) ||
 		       (qp->type == IBV_QPT_UC && (oi->mask & OPF_UC)) ||
-		       (qp->type == IBV_QPT_UD && (oi->mask & OPF_UD));
+		       (qp->type == IBV_QPT_UD && (oi->mask & OPF_UD)) ||
+		       /* XRC: the INI QP only requests, the TGT QP only responds (IBA A14) */
+		       (qp->type == IBV_QPT_XRC_SEND && (oi->mask & OPF_XRC) && (oi->mask & OPF_RESP)) ||
+		       (qp->type == IBV_QPT_XRC_RECV && (oi->mask & OPF_XRC) && (oi->mask & OPF_REQ));
 	if (!type_ok || qp->attr.qp_state < IBV_QPS_RTR ||
 	    (qp->type != IBV_QPT_UD && (memcmp(rx->sgid, qp->dgid, 16) || memcmp(rx->dgid, qp->sgid, 16)))) {
 		dev_count(dev, type_ok && qp->attr.qp_state < IBV_QPS_RTR ? UC_drop_qp_state : UC_drop_wrong_peer, 1);

@@ -76,6 +76,15 @@ static bool wqe_local_segs(struct uroce_qp *qp, struct uroce_send_wqe *w, uint32
 	return false;
 }
 
+/* An XRC request names the XRC SRQ of the target's domain that receives
+ * it, in the XRCETH after the BTH (§2.2; IBA A14); every XRC request
+ * carries one, the packets of a READ or WRITE too. */
+static void set_xrceth(const struct uroce_send_wqe *w, uint8_t *h, uint8_t op)
+{
+	if (opinfo(op)->off_xrceth)
+		xrceth_set(h + opinfo(op)->off_xrceth, w->remote_srqn);
+}
+
 /* Emit the next packet of `w`.  Returns false when the window or the
  * READ/atomic limit says wait, or when its local memory failed the check
  * (then w->status says so and nothing was sent). */
@@ -84,7 +93,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 {
 	uint32_t psn = psn_add(w->first_psn, w->next_pkt);
 	uint8_t *h = txb_hdr(b);
-	bool rc = qp->type == IBV_QPT_RC;
+	bool rc = qp_reliable(qp);
 
 	if (rc && psn_cmp(psn, qp->comp.una_psn) >= (int32_t)qp_window(qp))
 		return false;
@@ -117,26 +126,30 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 			end = w->npkts;
 		uint32_t off = w->next_pkt * qp->pmtu;
 		uint32_t len = (end == w->npkts ? w->length : end * qp->pmtu) - off;
-		bth_set(h, OP_RC_READ_REQUEST, 0, 0, qp->attr.dest_qp_num, 1, psn);
-		reth_set(h + BTH_LEN, w->remote_addr + off, w->rkey, len);
-		txb_add(b, BTH_LEN + RETH_LEN, NULL, 0, 0, 0);
+		uint8_t op = OP_RC_READ_REQUEST | qp_opcode_base(qp);
+		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 1, psn);
+		set_xrceth(w, h, op);
+		reth_set(h + opinfo(op)->off_reth, w->remote_addr + off, w->rkey, len);
+		txb_add(b, opinfo(op)->hdr_len, NULL, 0, 0, 0);
 		cc_on_tx(&qp->cc, 0);
 		qp->req.rd_atomic_out++;
 		w->next_pkt = end;
 	} else if (wqe_is_atomic(w)) {
-		uint8_t op = wr_info(w->opcode)->only;
+		uint8_t op = wr_info(w->opcode)->only | qp_opcode_base(qp);
+		uint8_t *ae = h + opinfo(op)->off_atmeth;
 		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 1, psn);
-		if (op == OP_RC_CMP_SWAP)
-			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->swap, w->compare_add);
+		set_xrceth(w, h, op);
+		if (wr_info(w->opcode)->only == OP_RC_CMP_SWAP)
+			atmeth_set(ae, w->remote_addr, w->rkey, w->swap, w->compare_add);
 		else
-			atmeth_set(h + BTH_LEN, w->remote_addr, w->rkey, w->compare_add, 0);
-		txb_add(b, BTH_LEN + ATMETH_LEN, NULL, 0, 0, 0);
+			atmeth_set(ae, w->remote_addr, w->rkey, w->compare_add, 0);
+		txb_add(b, opinfo(op)->hdr_len, NULL, 0, 0, 0);
 		cc_on_tx(&qp->cc, 0);
 		qp->req.rd_atomic_out++;
 		w->next_pkt = 1;
 	} else {
 		uint32_t i = w->next_pkt, n = w->npkts;
-		uint8_t op = wr_packet_opcode(wr_info(w->opcode), i, n, qp->type == IBV_QPT_UC);
+		uint8_t op = wr_packet_opcode(wr_info(w->opcode), i, n, false) | qp_opcode_base(qp);
 		const struct uroce_opinfo *oi = opinfo(op);
 		uint32_t off = i * qp->pmtu;
 		uint32_t len = (i == n - 1) ? w->length - off : qp->pmtu;
@@ -159,6 +172,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		}
 		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
+		set_xrceth(w, h, op);
 		if (oi->off_reth)
 			reth_set(h + oi->off_reth, w->remote_addr, w->rkey, w->length);
 		if (oi->off_imm)
@@ -255,7 +269,7 @@ void requester_run(struct uroce_qp *qp)
 			/* IBV_SEND_FENCE: wait for earlier READs/atomics to finish */
 			if ((w->send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_out)
 				break;
-			if (qp->type == IBV_QPT_RC && psn_cmp(qp->req.snd_psn, qp->comp.una_psn) >= (int32_t)qp_window(qp))
+			if (qp_reliable(qp) && psn_cmp(qp->req.snd_psn, qp->comp.una_psn) >= (int32_t)qp_window(qp))
 				break;
 			wqe_start(qp, w);
 		}
@@ -273,7 +287,7 @@ void requester_run(struct uroce_qp *qp)
 			 * the message, as a window takes longer to build than the
 			 * ACK may wait (the peer's poll sees a WRITE under way and
 			 * hands the rest to its engine: exec_poll_found) */
-			if (qp->ack.owed && b.added && qp->type == IBV_QPT_RC &&
+			if (qp->ack.owed && b.added && qp_reliable(qp) &&
 			    psn_cmp(psn_add(w->first_psn, w->npkts), psn_add(qp->comp.una_psn, qp_window(qp))) > 0) {
 				ack_ride(qp, &b);
 				txb_flush(&b);  /* now, not after a batch more of packets */

@@ -29,6 +29,14 @@ static enum resp_verdict verdict_of_nak(uint8_t syndrome)
 	}
 }
 
+/* The PD a request's memory is checked against: the QP's, or for an XRC
+ * TGT QP (which has none) the PD of the XRC SRQ the request names (IBA
+ * A14; the rxe XRC series does the same). */
+static struct uroce_pd *resp_pd(const struct uroce_qp *qp)
+{
+	return qp->resp.xrc_srq ? to_upd(qp->resp.xrc_srq->ibv.pd) : qp->pd;
+}
+
 /* ... for an rkey in a request */
 static enum resp_verdict verdict_of_mem(enum uroce_mem_verdict mv)
 {
@@ -51,6 +59,7 @@ void responder_reset(struct uroce_qp *qp)
 	qp->resp.in_send = false;
 	qp_set_in_write(qp, false);
 	qp->resp.cur_recv_valid = false;
+	qp->resp.xrc_srq = NULL;
 	if (qp->resp.res)
 		memset(qp->resp.res, 0, qp->resp.res_size * sizeof(*qp->resp.res));
 	qp->resp.res_next = 0;
@@ -62,24 +71,24 @@ static void nak_for(struct uroce_qp *qp, enum resp_verdict v, uint32_t psn)
 	switch (v) {
 	case RV_RNR:
 		dev_count(qp->dev, UC_rnr_naks_tx, 1);
-		ack_send_aeth(qp, OP_RC_ACK, (uint8_t)(AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1F)), psn);
+		ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), (uint8_t)(AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1F)), psn);
 		return;
 	case RV_INV_REQ:
 		dev_count(qp->dev, UC_inv_req_naks_tx, 1);
-		ack_send_aeth(qp, OP_RC_ACK, AETH_NAK_INV_REQ, psn);
+		ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_INV_REQ, psn);
 		break;
 	case RV_ACCESS:
 		dev_count(qp->dev, UC_access_naks_tx, 1);
-		ack_send_aeth(qp, OP_RC_ACK, AETH_NAK_REM_ACCESS, psn);
+		ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_REM_ACCESS, psn);
 		break;
 	case RV_OP_ERR:
 		dev_count(qp->dev, UC_op_naks_tx, 1);
-		ack_send_aeth(qp, OP_RC_ACK, AETH_NAK_REM_OP, psn);
+		ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_REM_OP, psn);
 		break;
 	case RV_OK:
 		return;
 	}
-	if (qp->type == IBV_QPT_RC) {
+	if (qp_reliable(qp)) {
 		qp_enter_error(qp);
 		qp_post_async_event(qp, IBV_EVENT_QP_FATAL);
 	}
@@ -100,7 +109,8 @@ static void complete_recv(struct uroce_qp *qp, enum ibv_wc_status st, enum ibv_w
 		wc.wc_flags |= IBV_WC_WITH_INV;
 	}
 	qp->resp.cur_recv_valid = false;
-	qp_cq_push(qp, qp->recv_cq, &wc, solicited);
+	/* an XRC receive completes to its SRQ's CQ (IBA A14) */
+	qp_cq_push(qp, qp->resp.xrc_srq ? qp->resp.xrc_srq->cq : qp->recv_cq, &wc, solicited);
 }
 
 /* Length rules per packet position (§7): FIRST/MIDDLE exactly PMTU, LAST
@@ -180,7 +190,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		qp->resp.write_left = reth_len(reth);
 		/* zero-length writes touch no memory: no key check (IBA 9.4.3) */
 		if (qp->resp.write_left &&
-		    (mv = rkey_check_remote(qp, qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
+		    (mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		qp_set_in_write(qp, true);
@@ -198,7 +208,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	if (pkt->paylen) {
 		/* re-resolve per packet: no MR pointer is kept across packets */
-		if ((mv = rkey_check_remote(qp, qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
+		if ((mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		memcpy(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);
@@ -232,7 +242,7 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 	uint32_t n = r->last_psn == r->first_psn ? 1 : (uint32_t)psn_cmp(r->last_psn, r->first_psn) + 1;
 	uint32_t i0 = (uint32_t)psn_cmp(from_psn, r->first_psn);
 
-	if (r->length && rkey_check_remote(qp, r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
+	if (r->length && rkey_check_remote(qp, resp_pd(qp), r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
 		return; /* the region went away since: let the requester time out */
 	struct uroce_seg seg = { mr ? mr_host(mr, r->va) : NULL, r->length };
 	ack_flush_owed(qp);
@@ -251,6 +261,7 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 			op = OP_RC_READ_RESP_MIDDLE;
 		uint32_t off = i * qp->pmtu;
 		uint32_t len = (i == n - 1) ? r->length - off : qp->pmtu;
+		op |= qp_opcode_base(qp);  /* XRC responses: 0xAD.., no XRCETH (§2.2) */
 		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn_add(r->first_psn, i));
 		uint32_t hl = BTH_LEN;
 		if (opinfo(op)->mask & OPF_AETH) {
@@ -274,7 +285,7 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 		return RV_INV_REQ;
 	if (len > UROCE_MAX_MSG)
 		return RV_INV_REQ;
-	if (len && (mv = rkey_check_remote(qp, rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr)) != MEM_OK)
+	if (len && (mv = rkey_check_remote(qp, resp_pd(qp), rkey, va, len, IBV_ACCESS_REMOTE_READ, &mr)) != MEM_OK)
 		return verdict_of_mem(mv);
 	uint32_t n = len ? (len + qp->pmtu - 1) / qp->pmtu : 1;
 	struct uroce_rd_res *r = res_alloc(qp);
@@ -297,7 +308,7 @@ static void send_atomic_ack(struct uroce_qp *qp, uint32_t psn, uint64_t orig)
 	ack_flush_owed(qp);
 	txb_init(&b, qp);
 	h = txb_hdr(&b);
-	bth_set(h, OP_RC_ATOMIC_ACK, 0, 0, qp->attr.dest_qp_num, 0, psn);
+	bth_set(h, OP_RC_ATOMIC_ACK | qp_opcode_base(qp), 0, 0, qp->attr.dest_qp_num, 0, psn);
 	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->resp.msn);
 	atmack_set(h + BTH_LEN + AETH_LEN, orig);
 	txb_add(&b, BTH_LEN + AETH_LEN + ATMACK_LEN, NULL, 0, 0, 0);
@@ -317,7 +328,7 @@ static enum resp_verdict atomic_target(struct uroce_qp *qp, unsigned access, uin
 		return RV_INV_REQ;
 	if (va & 7)
 		return RV_INV_REQ; /* misaligned atomic (§5.3) */
-	if ((mv = rkey_check_remote(qp, rkey, va, 8, access, &mr)) != MEM_OK)
+	if ((mv = rkey_check_remote(qp, resp_pd(qp), rkey, va, 8, access, &mr)) != MEM_OK)
 		return verdict_of_mem(mv);
 	*target = (uint64_t *)(void *)mr_host(mr, va);
 	if ((uintptr_t)*target & 7)
@@ -334,7 +345,7 @@ static enum resp_verdict do_atomic(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	if (v != RV_OK)
 		return v;
 	/* atomic with respect to other atomics and the CPU's own */
-	if (pkt->opcode == OP_RC_CMP_SWAP) {
+	if ((pkt->opcode & 0x1F) == OP_RC_CMP_SWAP) {  /* RC's or XRC's (§3) */
 		orig = atmeth_compare(ae);
 		__atomic_compare_exchange_n(target, &orig, atmeth_swap_add(ae), false, __ATOMIC_SEQ_CST,
 					    __ATOMIC_SEQ_CST);
@@ -415,6 +426,23 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 }
 
+/* An XRC TGT QP receives into the XRC SRQ the request's XRCETH names,
+ * which must exist and belong to the TGT QP's XRC domain (IBA A14: the
+ * XRC domain check).  One that does not is an XRC domain violation, which
+ * uroce answers as a remote access error: NAK 0x62, the TGT QP to ERR
+ * (rxe has no XRC; the rxe XRC series drops such packets instead).  The
+ * lookup is a lock-free table read: SRQs are unpublished under rx_lock,
+ * which the caller holds. */
+static void xrc_pick_srq(struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	uint32_t srqn = xrceth_srqn(pkt->bth + opinfo(pkt->opcode)->off_xrceth);
+	struct uroce_srq *srq = srqn ? dev_lookup_srq(qp->dev, srqn) : NULL;
+
+	if (srq && (!srq->xrcd || !qp->xrcd || srq->xrcd->dom != qp->xrcd->dom))
+		srq = NULL;
+	qp->resp.xrc_srq = srq;
+}
+
 void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	enum ibv_qp_state st = qp->attr.qp_state;
@@ -426,6 +454,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		dev_count(qp->dev, UC_drop_qp_state, 1);
 		return;
 	}
+	if (qp->type == IBV_QPT_XRC_RECV)
+		xrc_pick_srq(qp, pkt);
 	d = psn_cmp(pkt->psn, qp->resp.epsn);
 	if (qp->type == IBV_QPT_UC) {
 		/* UC (§6.7): on a gap drop the message, resync on FIRST/ONLY */
@@ -445,7 +475,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if (!qp->resp.nak_sent) {
 			qp->resp.nak_sent = true;
 			dev_count(qp->dev, UC_seq_naks_tx, 1);
-			ack_send_aeth(qp, OP_RC_ACK, AETH_NAK_PSN_SEQ, qp->resp.epsn);
+			ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_PSN_SEQ, qp->resp.epsn);
 		} else {
 			dev_count(qp->dev, UC_drop_psn_window, 1);
 		}
@@ -459,7 +489,9 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	/* opcode sequence: a message in progress continues, otherwise a new
 	 * one starts (IBA 9.8.3.1; rxe check_op_seq) */
 	bool starts = pkt->mask & OPF_FIRST;
-	if ((qp->resp.in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
+	if (qp->type == IBV_QPT_XRC_RECV && !qp->resp.xrc_srq)
+		v = RV_ACCESS;  /* no XRC SRQ of this domain by that number: see xrc_pick_srq */
+	else if ((qp->resp.in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
 	    (qp->resp.in_write && (!(pkt->mask & OPF_WRITE) || starts)) ||
 	    (!qp->resp.in_send && !qp->resp.in_write && !starts))
 		v = RV_INV_REQ;
@@ -470,9 +502,9 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	else if (pkt->mask & OPF_WRITE)
 		v = do_write(qp, pkt);
 	else if (pkt->mask & OPF_READ)
-		v = qp->type == IBV_QPT_RC ? do_read(qp, pkt, &consumed) : RV_INV_REQ;
+		v = qp_reliable(qp) ? do_read(qp, pkt, &consumed) : RV_INV_REQ;
 	else if (pkt->mask & OPF_ATOMIC)
-		v = qp->type == IBV_QPT_RC ? do_atomic(qp, pkt) : RV_INV_REQ;
+		v = qp_reliable(qp) ? do_atomic(qp, pkt) : RV_INV_REQ;
 	else if (pkt->mask & OPF_ATOMIC_WRITE)
 		v = qp->type == IBV_QPT_RC ? do_atomic_write(qp, pkt) : RV_INV_REQ;
 	else
@@ -494,7 +526,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		return;
 	}
 	qp->resp.epsn = psn_add(pkt->psn, consumed);
-	if (qp->type == IBV_QPT_RC && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
+	if (qp_reliable(qp) && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
 		if (bth_ackreq(pkt->bth))
 			ack_owe(qp, pkt->psn, (pkt->mask & OPF_LAST) != 0);
 	}

@@ -14,7 +14,7 @@ static uint64_t ack_timeout_ns(const struct uroce_qp *qp)
 
 void requester_arm_timer(struct uroce_qp *qp)
 {
-	if (qp->comp.rnr_wait || qp->type != IBV_QPT_RC)
+	if (qp->comp.rnr_wait || !qp_reliable(qp))
 		return;
 	bool outstanding = psn_cmp(qp->req.snd_psn, qp->comp.una_psn) > 0 || qp->req.rd_atomic_out;
 	if (!outstanding) {

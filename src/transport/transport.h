@@ -74,6 +74,10 @@ void responder_reset(struct uroce_qp *qp);
  * QP's (an SRQ has its own PD, ibv_create_srq(3)). */
 static inline struct uroce_pd *qp_recv_pd(const struct uroce_qp *qp)
 {
+	/* an XRC TGT QP has no PD and no SRQ of its own: the XRC SRQ the
+	 * message's XRCETH named gave the WQE (IBA A14) */
+	if (qp->resp.xrc_srq)
+		return to_upd(qp->resp.xrc_srq->ibv.pd);
 	return qp->srq ? to_upd(qp->srq->ibv.pd) : qp->pd;
 }
 

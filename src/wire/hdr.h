@@ -97,6 +97,10 @@ static inline void deth_set(uint8_t *h, uint32_t qkey, uint32_t sqpn)
 	st32(h, qkey); st32(h + 4, sqpn & 0xFFFFFF);
 }
 
+/* --- XRCETH (§2.2): the XRC SRQ number, on every XRC request --- */
+static inline uint32_t xrceth_srqn(const uint8_t *h) { return ld32(h) & 0xFFFFFF; }
+static inline void xrceth_set(uint8_t *h, uint32_t srqn) { st32(h, srqn & 0xFFFFFF); }
+
 /* --- ImmDt / IETH: ImmDt bytes equal the verbs __be32 bytes, no swap (§2.2). */
 static inline uint32_t immdt_raw(const uint8_t *h) { uint32_t v; memcpy(&v, h, 4); return v; }
 static inline void immdt_set_raw(uint8_t *h, uint32_t be_imm) { memcpy(h, &be_imm, 4); }

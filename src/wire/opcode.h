@@ -34,10 +34,14 @@ enum {
 	OPF_UC = 1u << 19,
 	OPF_UD = 1u << 20,
 	OPF_CNP = 1u << 21,
-	OPF_ATOMIC_WRITE = 1u << 22, /* ATOMIC_WRITE request: RETH and 8 bytes of payload */
+	OPF_XRC = 1u << 22,    /* XRC transport (0xA0..): RC's operations, RC's rules (§3) */
+	OPF_XRCETH = 1u << 23, /* an XRCETH follows the BTH: every XRC request (§2.2) */
+	OPF_ATOMIC_WRITE = 1u << 24, /* ATOMIC_WRITE request: RETH and 8 bytes of payload */
 };
 
-/* X(name, value, mask) */
+/* X(name, value, mask).  The XRC rows (0xA0..) are RC's operations with the
+ * XRC prefix (§3); their requests carry an XRCETH after the BTH (§2.2), their
+ * responses none (as the rxe XRC patch series and Wireshark lay them out). */
 #define UROCE_OPCODES(X) \
 	X(RC_SEND_FIRST, 0x00, OPF_RC | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_FIRST) \
 	X(RC_SEND_MIDDLE, 0x01, OPF_RC | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_MIDDLE) \
@@ -77,6 +81,29 @@ enum {
 	X(UC_WRITE_ONLY_IMM, 0x2B, OPF_UC | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_ONLY | OPF_RETH | OPF_IMMDT) \
 	X(UD_SEND_ONLY, 0x64, OPF_UD | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_ONLY | OPF_DETH) \
 	X(UD_SEND_ONLY_IMM, 0x65, OPF_UD | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_ONLY | OPF_DETH | OPF_IMMDT) \
+	X(XRC_SEND_FIRST, 0xA0, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_FIRST) \
+	X(XRC_SEND_MIDDLE, 0xA1, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_MIDDLE) \
+	X(XRC_SEND_LAST, 0xA2, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_LAST) \
+	X(XRC_SEND_LAST_IMM, 0xA3, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_LAST | OPF_IMMDT) \
+	X(XRC_SEND_ONLY, 0xA4, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_ONLY) \
+	X(XRC_SEND_ONLY_IMM, 0xA5, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_ONLY | OPF_IMMDT) \
+	X(XRC_WRITE_FIRST, 0xA6, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_FIRST | OPF_RETH) \
+	X(XRC_WRITE_MIDDLE, 0xA7, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_MIDDLE) \
+	X(XRC_WRITE_LAST, 0xA8, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_LAST) \
+	X(XRC_WRITE_LAST_IMM, 0xA9, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_LAST | OPF_IMMDT) \
+	X(XRC_WRITE_ONLY, 0xAA, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_ONLY | OPF_RETH) \
+	X(XRC_WRITE_ONLY_IMM, 0xAB, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_WRITE | OPF_PAYLOAD | OPF_ONLY | OPF_RETH | OPF_IMMDT) \
+	X(XRC_READ_REQUEST, 0xAC, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_READ | OPF_ONLY | OPF_RETH) \
+	X(XRC_READ_RESP_FIRST, 0xAD, OPF_XRC | OPF_RESP | OPF_READ | OPF_PAYLOAD | OPF_FIRST | OPF_AETH) \
+	X(XRC_READ_RESP_MIDDLE, 0xAE, OPF_XRC | OPF_RESP | OPF_READ | OPF_PAYLOAD | OPF_MIDDLE) \
+	X(XRC_READ_RESP_LAST, 0xAF, OPF_XRC | OPF_RESP | OPF_READ | OPF_PAYLOAD | OPF_LAST | OPF_AETH) \
+	X(XRC_READ_RESP_ONLY, 0xB0, OPF_XRC | OPF_RESP | OPF_READ | OPF_PAYLOAD | OPF_ONLY | OPF_AETH) \
+	X(XRC_ACK, 0xB1, OPF_XRC | OPF_RESP | OPF_ACK | OPF_ONLY | OPF_AETH) \
+	X(XRC_ATOMIC_ACK, 0xB2, OPF_XRC | OPF_RESP | OPF_ATOMIC | OPF_ONLY | OPF_AETH | OPF_ATMACK) \
+	X(XRC_CMP_SWAP, 0xB3, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_ATOMIC | OPF_ONLY | OPF_ATMETH) \
+	X(XRC_FETCH_ADD, 0xB4, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_ATOMIC | OPF_ONLY | OPF_ATMETH) \
+	X(XRC_SEND_LAST_INV, 0xB6, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_LAST | OPF_IETH) \
+	X(XRC_SEND_ONLY_INV, 0xB7, OPF_XRC | OPF_XRCETH | OPF_REQ | OPF_SEND | OPF_PAYLOAD | OPF_ONLY | OPF_IETH) \
 	X(CNP, 0x81, OPF_CNP)
 
 enum uroce_opcode {
@@ -95,6 +122,7 @@ enum {
 	IMMDT_LEN = 4,
 	IETH_LEN = 4,
 	DETH_LEN = 8,
+	XRCETH_LEN = 4,
 	CNP_RSVD_LEN = 16,
 	ICRC_LEN = 4,
 };
@@ -104,7 +132,7 @@ struct uroce_opinfo {
 	uint32_t mask;
 	uint8_t hdr_len;   /* BTH + every extension header */
 	/* offsets from the start of the BTH, 0 when absent */
-	uint8_t off_deth, off_reth, off_aeth, off_atmeth, off_atmack, off_imm, off_ieth;
+	uint8_t off_xrceth, off_deth, off_reth, off_aeth, off_atmeth, off_atmack, off_imm, off_ieth;
 };
 
 extern const struct uroce_opinfo uroce_opinfo[256];

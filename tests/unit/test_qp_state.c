@@ -38,7 +38,25 @@ int main(void)
 	CHECK(!qp_modify_is_ok(IBV_QPS_ERR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QP_STATE), "ERR->RTS illegal");
 	CHECK(!qp_modify_is_ok(IBV_QPS_INIT, IBV_QPS_INIT, IBV_QPT_RC, IBV_QP_CUR_STATE), "CUR_STATE from INIT");
 	CHECK(qp_modify_is_ok(IBV_QPS_RTS, IBV_QPS_RTS, IBV_QPT_RC, IBV_QP_CUR_STATE | IBV_QP_MIN_RNR_TIMER), "RTS->RTS");
-	CHECK(!qp_modify_is_ok(IBV_QPS_RTS, IBV_QPS_RTS, IBV_QPT_XRC_SEND, 0), "unsupported type");
+	CHECK(!qp_modify_is_ok(IBV_QPS_RTS, IBV_QPS_RTS, IBV_QPT_RAW_PACKET, 0), "unsupported type");
+	/* XRC (ib_core's rows): the masks ibv_xsrq_pingpong passes; INI has no
+	 * responder attributes at RTR, TGT no retry counts at RTS */
+	unsigned init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	unsigned rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	CHECK(qp_modify_is_ok(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_XRC_SEND, init), "XRC INI RESET->INIT");
+	CHECK(qp_modify_is_ok(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_XRC_RECV, init), "XRC TGT RESET->INIT");
+	CHECK(qp_modify_is_ok(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_SEND, rtr), "XRC INI INIT->RTR");
+	CHECK(!qp_modify_is_ok(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_SEND, rtr | IBV_QP_MAX_DEST_RD_ATOMIC),
+	      "XRC INI INIT->RTR takes no responder attribute");
+	CHECK(!qp_modify_is_ok(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_RECV, rtr), "XRC TGT RTR needs MAX_DEST_RD_ATOMIC");
+	CHECK(qp_modify_is_ok(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_RECV,
+			      rtr | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "XRC TGT INIT->RTR");
+	CHECK(qp_modify_is_ok(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_RECV, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN),
+	      "XRC TGT RTR->RTS");
+	CHECK(!qp_modify_is_ok(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_SEND, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN),
+	      "XRC INI RTS needs the retry counts");
+	CHECK(qp_modify_is_ok(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_SEND, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN |
+			      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "XRC INI RTR->RTS");
 	printf("%d passed, %d failed\n", checks - failures, failures);
 	return failures != 0;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -108,8 +109,10 @@ static bool rig_connect(struct rig *r, const struct conn *c)
 	a.rq_psn = c->rq_psn;
 	a.max_dest_rd_atomic = 4;
 	a.min_rnr_timer = MIN_RNR_TIMER;
+	/* an XRC INI QP takes no responder attributes (IBA 11.2.5, ib_core) */
+	bool ini = r->qp->qp_type == IBV_QPT_XRC_SEND, tgt = r->qp->qp_type == IBV_QPT_XRC_RECV;
 	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+			    IBV_QP_RQ_PSN | (ini ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
 		return false;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
@@ -118,8 +121,9 @@ static bool rig_connect(struct rig *r, const struct conn *c)
 	a.retry_cnt = c->retry_cnt;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
-	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+	/* an XRC TGT QP no requester ones */
+	if (uroce_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+			    (tgt ? 0 : IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)))
 		return false;
 	fake_sent_clear();
 	return true;
@@ -2798,6 +2802,323 @@ out:
 	async_drain();
 }
 
+/* ============================================================ XRC */
+
+/* An XRC TGT QP in its domain and an XRC SRQ of that domain whose
+ * receives complete to r->rcq; a second domain with an SRQ of its own. */
+struct xrig {
+	struct rig r;
+	struct mem m;                 /* registered in the PD of both SRQs */
+	struct ibv_xrcd *x, *other;
+	struct ibv_srq *srq, *other_srq;
+	uint32_t srqn, other_srqn;
+};
+
+static struct ibv_xrcd *xrcd_private(void)
+{
+	struct ibv_xrcd_init_attr xa = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT,
+	};
+	return uroce_open_xrcd(ctx, &xa);
+}
+
+static struct ibv_srq *xsrq_create(struct ibv_xrcd *x, struct ibv_cq *cq, uint32_t *num)
+{
+	struct ibv_srq_init_attr_ex sa = {
+		.attr = { .max_wr = 8, .max_sge = 2 }, .srq_type = IBV_SRQT_XRC, .pd = pd, .xrcd = x, .cq = cq,
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ,
+	};
+	struct ibv_srq *s = uroce_create_xrc_srq(ctx, &sa);
+	if (s)
+		CHECK(uroce_get_srq_num(s, num) == 0, "get_srq_num");
+	return s;
+}
+
+static bool xrig_up(struct xrig *t, unsigned access)
+{
+	memset(t, 0, sizeof(*t));
+	if (!mem_up(&t->m, 8192, 8192, access))
+		goto fail;
+	t->x = xrcd_private();
+	t->other = xrcd_private();
+	t->r.rcq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!t->x || !t->other || !t->r.rcq)
+		goto fail;
+	t->srq = xsrq_create(t->x, t->r.rcq, &t->srqn);
+	t->other_srq = xsrq_create(t->other, t->r.rcq, &t->other_srqn);
+	struct ibv_qp_init_attr_ex ia = { .qp_type = IBV_QPT_XRC_RECV, .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = t->x };
+	t->r.qp = uroce_create_qp_ex(ctx, &ia);
+	if (!t->srq || !t->other_srq || !t->r.qp)
+		goto fail;
+	t->r.qpn = t->r.qp->qp_num;
+	if (rig_connect(&t->r, &conn_default))
+		return true;
+fail:
+	CHECK(0, "XRC TGT setup failed");
+	return false;
+}
+
+static void xrig_down(struct xrig *t)
+{
+	if (t->r.qp)
+		CHECK(uroce_destroy_qp(t->r.qp) == 0, "destroy TGT QP");
+	t->r.qp = NULL;
+	if (t->srq)
+		CHECK(uroce_destroy_srq(t->srq) == 0, "destroy XRC SRQ");
+	if (t->other_srq)
+		CHECK(uroce_destroy_srq(t->other_srq) == 0, "destroy the other XRC SRQ");
+	rig_down(&t->r);
+	if (t->x)
+		CHECK(uroce_close_xrcd(t->x) == 0, "close XRCD");
+	if (t->other)
+		CHECK(uroce_close_xrcd(t->other) == 0, "close the other XRCD");
+	mem_down(&t->m);
+	async_drain();
+}
+
+static void xsrq_post(struct ibv_srq *srq, uint64_t wr_id, struct mem *m, uint32_t off, uint32_t len)
+{
+	struct ibv_sge sge = { m->iova + off, len, m->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+	CHECK(uroce_post_srq_recv(srq, &wr, &bad) == 0, "post_srq_recv");
+}
+
+/* An XRC request from the peer: the XRCETH naming srqn right after the
+ * BTH (§2.2), the other headers at their opinfo offsets. */
+static uint8_t *xrc_begin(struct pkt *p, uint8_t op, uint32_t dqpn, uint32_t psn, uint32_t srqn)
+{
+	uint8_t *h = pkt_begin(p, op, dqpn, true, psn);
+	xrceth_set(h + BTH_LEN, srqn);
+	return h;
+}
+
+/* An XRC SEND packet of n bytes from the peer into SRQ srqn. */
+static void xrc_send(uint8_t op, uint32_t dqpn, uint32_t psn, uint32_t srqn, const void *data, uint32_t n)
+{
+	struct pkt p;
+	xrc_begin(&p, op, dqpn, psn, srqn);
+	pkt_queue(&p, data, n);
+}
+
+/* An XRC ACK/NAK: XRC's ACKNOWLEDGE opcode, no XRCETH (§2.2, §3). */
+static void check_xrc_aeth(const struct fake_pkt *p, uint32_t psn, uint8_t syndrome, const char *what)
+{
+	if (!check_out(p, OP_XRC_ACK, psn, what))
+		return;
+	CHECK(aeth_syndrome(p->buf + BTH_LEN) == syndrome, "%s: syndrome 0x%02x, expected 0x%02x", what,
+	      aeth_syndrome(p->buf + BTH_LEN), syndrome);
+	CHECK(pkt_paylen(p) == 0, "%s: carries %u payload bytes", what, pkt_paylen(p));
+}
+
+/* IBA A14: an XRC SEND lands in the XRC SRQ its XRCETH names and completes
+ * to that SRQ's CQ with the TGT QP's number; the ACK is XRC's (0xB1). */
+static void test_xrc_tgt_send(void)
+{
+	struct xrig t;
+	struct ibv_wc wc[4];
+	uint8_t d[1500];
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.srq, 0x61, &t.m, 0, 4096);
+	pattern(d, sizeof(d), 51);
+	xrc_send(OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn, d, 1024);
+	xrc_send(OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn, d + 1024, sizeof(d) - 1024);
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 4) == 1, "one receive completion on the XRC SRQ's CQ");
+	check_wc(&wc[0], 0x61, IBV_WC_SUCCESS, IBV_WC_RECV, t.r.qpn, "XRC SEND");
+	CHECK(wc[0].byte_len == sizeof(d), "XRC SEND byte_len %u", wc[0].byte_len);
+	CHECK(!memcmp(t.m.host, d, sizeof(d)) && untouched(&t.m, sizeof(d), 4096 - sizeof(d)),
+	      "XRC SEND bytes in the SRQ's receive buffer");
+	check_nsent(1, "XRC SEND");
+	check_xrc_aeth(fake_sent(0), RQ_PSN + 1, AETH_ACK_UNLIMITED, "ACK of the XRC SEND");
+out:
+	xrig_down(&t);
+}
+
+/* A WRITE and a READ through the TGT QP: memory is checked against the PD
+ * of the XRC SRQ the XRCETH names (the TGT QP has none); the READ answers
+ * with XRC's READ RESPONSE ONLY (0xB0), which carries no XRCETH. */
+static void test_xrc_tgt_write_read(void)
+{
+	struct xrig t;
+	uint8_t d[200];
+	struct pkt p;
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+		goto out;
+	pattern(d, sizeof(d), 52);
+	uint8_t *h = xrc_begin(&p, OP_XRC_WRITE_ONLY, t.r.qpn, RQ_PSN, t.srqn);
+	reth_set(h + opinfo(OP_XRC_WRITE_ONLY)->off_reth, t.m.iova + 100, t.m.mr->rkey, sizeof(d));
+	pkt_queue(&p, d, sizeof(d));
+	deliver();
+	CHECK(!memcmp(t.m.host + 100, d, sizeof(d)) && untouched(&t.m, 0, 100), "XRC WRITE landed at its RETH address");
+	check_nsent(1, "XRC WRITE");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, "ACK of the XRC WRITE");
+	fake_sent_clear();
+	h = xrc_begin(&p, OP_XRC_READ_REQUEST, t.r.qpn, RQ_PSN + 1, t.srqn);
+	reth_set(h + opinfo(OP_XRC_READ_REQUEST)->off_reth, t.m.iova + 100, t.m.mr->rkey, sizeof(d));
+	pkt_queue(&p, NULL, 0);
+	deliver();
+	check_nsent(1, "XRC READ");
+	const struct fake_pkt *o = fake_sent(0);
+	if (check_out(o, OP_XRC_READ_RESP_ONLY, RQ_PSN + 1, "XRC READ response")) {
+		CHECK(pkt_paylen(o) == sizeof(d) && !memcmp(pkt_payload(o), d, sizeof(d)), "XRC READ response data");
+		CHECK(aeth_syndrome(o->buf + BTH_LEN) == AETH_ACK_UNLIMITED, "XRC READ response AETH right after the BTH");
+	}
+out:
+	xrig_down(&t);
+}
+
+/* An XRCETH naming no XRC SRQ, or one of another XRC domain: nothing is
+ * received, the requester is NAKed 0x62 (an XRC domain violation, as
+ * uroce reads IBA A14) and the TGT QP enters ERR. */
+static void xrc_bad_srq(bool other_domain)
+{
+	struct xrig t;
+	struct ibv_wc wc[4];
+	uint8_t d[64] = { 1 };
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.srq, 0x62, &t.m, 0, 2048);
+	xsrq_post(t.other_srq, 0x63, &t.m, 2048, 2048);
+	uint32_t srqn = other_domain ? t.other_srqn : (t.srqn ^ 0x800);
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, srqn, d, sizeof(d));
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 4) == 0, "a receive completed for an XRCETH %s",
+	      other_domain ? "of another domain" : "naming no SRQ");
+	CHECK(untouched(&t.m, 0, 4096), "bytes placed for a bad XRCETH");
+	check_nsent(1, "bad XRCETH");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_NAK_REM_ACCESS, "NAK of the bad XRCETH");
+	CHECK(qp_state(t.r.qp) == IBV_QPS_ERR, "TGT QP state %d after the NAK, want ERR", qp_state(t.r.qp));
+out:
+	xrig_down(&t);
+}
+
+/* The named XRC SRQ is empty: RNR NAK with the TGT QP's min_rnr_timer, in
+ * XRC's ACKNOWLEDGE; not fatal, the retried SEND lands once a receive is
+ * posted to that SRQ (§5.2). */
+static void test_xrc_tgt_rnr(void)
+{
+	struct xrig t;
+	struct ibv_wc wc[2];
+	uint8_t d[100] = { 7 };
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.other_srq, 0x64, &t.m, 0, 2048);  /* another domain's receive is no use */
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn, d, sizeof(d));
+	deliver();
+	check_nsent(1, "XRC SEND into an empty SRQ");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_RNR_NAK | MIN_RNR_TIMER, "RNR NAK");
+	CHECK(qp_state(t.r.qp) == IBV_QPS_RTS, "TGT QP state %d after an RNR NAK, want RTS", qp_state(t.r.qp));
+	fake_sent_clear();
+	xsrq_post(t.srq, 0x65, &t.m, 2048, 2048);
+	xrc_send(OP_XRC_SEND_ONLY, t.r.qpn, RQ_PSN, t.srqn, d, sizeof(d));
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 2) == 1, "one receive completion after the retry");
+	check_wc(&wc[0], 0x65, IBV_WC_SUCCESS, IBV_WC_RECV, t.r.qpn, "retried XRC SEND");
+	check_xrc_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, "ACK of the retried SEND");
+out:
+	xrig_down(&t);
+}
+
+/* The XRC SRQ a message under way receives into is destroyed: the TGT QP
+ * forgets it with the WQE it took (no completion for it, as for the SRQ's
+ * other WQEs), and the rest of the message, naming a number that is gone,
+ * is NAKed 0x62. */
+static void test_xrc_srq_destroyed_mid_message(void)
+{
+	struct xrig t;
+	struct ibv_wc wc[2];
+	uint8_t d[1100];
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	xsrq_post(t.srq, 0x66, &t.m, 0, 2048);
+	pattern(d, sizeof(d), 55);
+	xrc_send(OP_XRC_SEND_FIRST, t.r.qpn, RQ_PSN, t.srqn, d, 1024);
+	deliver();
+	CHECK(uroce_destroy_srq(t.srq) == 0, "destroy the XRC SRQ with a message under way");
+	t.srq = NULL;
+	fake_sent_clear();
+	xrc_send(OP_XRC_SEND_LAST, t.r.qpn, RQ_PSN + 1, t.srqn, d + 1024, sizeof(d) - 1024);
+	deliver();
+	CHECK(cq_take(t.r.rcq, wc, 2) == 0, "a completion for the destroyed SRQ's WQE");
+	check_xrc_aeth(fake_sent(0), RQ_PSN + 1, AETH_NAK_REM_ACCESS, "NAK of the LAST naming a destroyed SRQ");
+out:
+	xrig_down(&t);
+}
+
+static void test_xrc_no_such_srq(void) { xrc_bad_srq(false); }
+static void test_xrc_srq_other_domain(void) { xrc_bad_srq(true); }
+
+/* The INI side: a SEND and a READ carry XRC opcodes with the WR's
+ * remote_srqn in an XRCETH after the BTH (§2.2); XRC's ACK and READ
+ * response complete them. */
+static void test_xrc_ini_requests(void)
+{
+	struct rig r = { 0 };
+	struct mem m = { 0 };
+	struct ibv_wc wc[4];
+	const uint32_t srqn = 0x00C0DE;
+
+	r.scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = r.scq, .qp_type = IBV_QPT_XRC_SEND,
+				       .cap = { .max_send_wr = 8, .max_send_sge = 2 } };
+	r.qp = r.scq ? uroce_create_qp(pd, &ia) : NULL;
+	CHECK(r.qp, "XRC INI QP create");
+	if (!r.qp)
+		goto out;
+	r.qpn = r.qp->qp_num;
+	if (!rig_connect(&r, &conn_default) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE)) {
+		CHECK(0, "XRC INI connect");
+		goto out;
+	}
+	pattern(m.host, 300, 53);
+	struct ibv_sge sge = { m.iova, 300, m.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 0x71, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.qp_type.xrc.remote_srqn = srqn;
+	CHECK(uroce_post_send(r.qp, &wr, &bad) == 0, "post_send on the INI QP");
+	check_nsent(1, "XRC SEND");
+	const struct fake_pkt *o = fake_sent(0);
+	if (check_out(o, OP_XRC_SEND_ONLY, SQ_PSN, "XRC SEND")) {
+		CHECK(xrceth_srqn(o->buf + BTH_LEN) == srqn, "XRCETH 0x%06x, want 0x%06x", xrceth_srqn(o->buf + BTH_LEN),
+		      srqn);
+		CHECK(pkt_paylen(o) == 300 && !memcmp(pkt_payload(o), m.host, 300), "XRC SEND payload after the XRCETH");
+	}
+	fake_sent_clear();
+	struct ibv_sge rs = { m.iova + 1024, 64, m.mr->lkey };
+	struct ibv_send_wr rd = { .wr_id = 0x72, .sg_list = &rs, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED }, *rbad;
+	rd.wr.rdma.remote_addr = 0x1000;
+	rd.wr.rdma.rkey = 0x4242;
+	rd.qp_type.xrc.remote_srqn = srqn;
+	CHECK(uroce_post_send(r.qp, &rd, &rbad) == 0, "post READ on the INI QP");
+	check_nsent(1, "XRC READ request");
+	o = fake_sent(0);
+	if (check_out(o, OP_XRC_READ_REQUEST, SQ_PSN + 1, "XRC READ request")) {
+		CHECK(xrceth_srqn(o->buf + BTH_LEN) == srqn, "READ XRCETH 0x%06x", xrceth_srqn(o->buf + BTH_LEN));
+		const uint8_t *reth = o->buf + BTH_LEN + XRCETH_LEN;
+		CHECK(reth_va(reth) == 0x1000 && reth_rkey(reth) == 0x4242 && reth_len(reth) == 64,
+		      "READ RETH after the XRCETH");
+	}
+	queue_resp(OP_XRC_ACK, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	uint8_t back[64];
+	pattern(back, sizeof(back), 54);
+	queue_resp(OP_XRC_READ_RESP_ONLY, r.qpn, SQ_PSN + 1, AETH_ACK_UNLIMITED, 2, back, sizeof(back));
+	deliver();
+	CHECK(cq_take(r.scq, wc, 4) == 2, "two send completions");
+	check_wc(&wc[0], 0x71, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "XRC SEND");
+	check_wc(&wc[1], 0x72, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "XRC READ");
+	CHECK(!memcmp(m.host + 1024, back, sizeof(back)), "XRC READ response placed");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 int main(void)
 {
 	static const struct { const char *name; void (*fn)(void); } tests[] = {
@@ -2867,6 +3188,13 @@ int main(void)
 		{ "windows: unbound type 1 refused", test_mw_type1_unbound },
 		{ "windows: SEND_WITH_INV of a type 1 window: REM_INV_REQ_ERR", test_mw_send_inv_type1 },
 		{ "windows: binds the MR does not allow: MW_BIND_ERR", test_mw_bind_refused },
+		{ "XRC: a SEND lands in the XRC SRQ its XRCETH names", test_xrc_tgt_send },
+		{ "XRC: WRITE and READ through a TGT QP, the SRQ's PD", test_xrc_tgt_write_read },
+		{ "XRC: an XRCETH naming no SRQ is NAKed 0x62", test_xrc_no_such_srq },
+		{ "XRC: an empty XRC SRQ gets an RNR NAK, the retry lands", test_xrc_tgt_rnr },
+		{ "XRC: the SRQ destroyed mid-message, the rest NAKed", test_xrc_srq_destroyed_mid_message },
+		{ "XRC: an SRQ of another XRC domain is NAKed 0x62", test_xrc_srq_other_domain },
+		{ "XRC: INI requests carry the XRCETH, XRC responses complete", test_xrc_ini_requests },
 	};
 	int failed_tests = 0;
 

@@ -165,6 +165,7 @@ static void d_cq(void *p) { ibv_destroy_cq(p); }
 static void d_qp(void *p) { ibv_destroy_qp(p); }
 static void d_ah(void *p) { ibv_destroy_ah(p); }
 static void d_srq(void *p) { ibv_destroy_srq(p); }
+static void d_xrcd(void *p) { ibv_close_xrcd(p); }
 
 static void expect_null_(const char *name, void *obj, int err, int experr,
 			 dtor_fn d)
@@ -410,11 +411,13 @@ static int std_mask(enum ibv_qp_type t, enum ibv_qp_state st)
 			return IBV_QP_STATE;
 		m = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 		    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-		if (t == IBV_QPT_RC)
+		if (t == IBV_QPT_RC || t == IBV_QPT_XRC_RECV)
 			m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 		return m;
 	case IBV_QPS_RTS:
-		if (t != IBV_QPT_RC)
+		if (t == IBV_QPT_XRC_RECV)
+			return IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+		if (t != IBV_QPT_RC && t != IBV_QPT_XRC_SEND)
 			return IBV_QP_STATE | IBV_QP_SQ_PSN;
 		return IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 		       IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -2495,6 +2498,221 @@ out:
 }
 
 /* ------------------------------------------------------------------ */
+/* Group: xrc - XRC domains, XRC SRQs, INI / TGT QPs, ibv_open_qp      */
+/* ------------------------------------------------------------------ */
+
+static struct ibv_xrcd *open_xrcd(int fd, int oflags)
+{
+	struct ibv_xrcd_init_attr xa = {
+		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = fd, .oflags = oflags,
+	};
+
+	errno = 0;
+	return ibv_open_xrcd(F.ctx, &xa);
+}
+
+static struct ibv_srq *mk_xsrq(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_xrcd *x, uint32_t comp_mask)
+{
+	struct ibv_srq_init_attr_ex sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.attr.max_wr = 16;
+	sa.attr.max_sge = 1;
+	sa.comp_mask = comp_mask;
+	sa.srq_type = IBV_SRQT_XRC;
+	sa.pd = pd;
+	sa.cq = cq;
+	sa.xrcd = x;
+	errno = 0;
+	return ibv_create_srq_ex(F.ctx, &sa);
+}
+
+static struct ibv_qp *mk_tgt(struct ibv_xrcd *x, uint32_t comp_mask, struct ibv_pd *pd)
+{
+	struct ibv_qp_init_attr_ex ia;
+
+	memset(&ia, 0, sizeof ia);
+	ia.qp_type = IBV_QPT_XRC_RECV;
+	ia.comp_mask = comp_mask;
+	ia.xrcd = x;
+	ia.pd = pd;
+	errno = 0;
+	return ibv_create_qp_ex(F.ctx, &ia);
+}
+
+static void g_xrc(void)
+{
+	struct ibv_pd *pd = NULL;
+	struct ibv_cq *cq = NULL;
+	struct ibv_mr *mr = NULL;
+	struct ibv_xrcd *x = NULL, *x2 = NULL, *xp = NULL;
+	struct ibv_srq *srq = NULL, *bsrq = NULL;
+	struct ibv_qp *tgt = NULL, *ini = NULL, *opened = NULL;
+	const uint32_t xsrq_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+				   IBV_SRQ_INIT_ATTR_CQ;
+	char path[] = "/tmp/uroce-xrcd-XXXXXX";
+	int fd = -1, rc;
+	uint32_t num = 0;
+
+	if (!fx_open())
+		return;
+	/* uroce offers XRC (rxe does not): on another device without the cap
+	 * the group does not apply */
+	if (!(F.da.device_cap_flags & IBV_DEVICE_XRC)) {
+		if (strcmp(ibv_get_device_name(F.dev), DEV_NAME))
+			skip("xrc", "device does not report IBV_DEVICE_XRC");
+		else
+			fail("xrc_device_cap", "expected IBV_DEVICE_XRC in device_cap_flags got 0x%x",
+			     F.da.device_cap_flags);
+		goto out;
+	}
+	pd = ibv_alloc_pd(F.ctx);
+	cq = ibv_create_cq(F.ctx, 64, NULL, NULL, 0);
+	mr = pd ? reg_buf(pd) : NULL;
+	fd = mkstemp(path);
+	if (!pd || !cq || !mr || fd < 0) {
+		fail("xrc_setup", "expected PD, CQ, MR, a file got %p %p %p %d", (void *)pd, (void *)cq,
+		     (void *)mr, fd);
+		goto out;
+	}
+	/* ibv_cmd_open_xrcd: fd and oflags are both required */
+	{
+		struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD, .fd = -1 };
+		EXPECT_NULL("xrcd_open_without_oflags_einval", ibv_open_xrcd(F.ctx, &xa), EINVAL,
+			    d_xrcd);
+	}
+	/* ib_uverbs_open_xrcd: fdget fails -> EBADF; no domain on the inode
+	 * yet and no O_CREAT -> EINVAL; O_CREAT | O_EXCL on one there -> EINVAL */
+	EXPECT_NULL("xrcd_open_bad_fd_ebadf", open_xrcd(1000000, O_CREAT), EBADF, d_xrcd);
+	EXPECT_NULL("xrcd_open_new_inode_without_o_creat_einval", open_xrcd(fd, 0), EINVAL, d_xrcd);
+	EXPECT_OBJ("xrcd_open_file", x, open_xrcd(fd, O_CREAT));
+	EXPECT_OBJ("xrcd_open_private", xp, open_xrcd(-1, O_CREAT));
+	if (!x || !xp)
+		goto out;
+	EXPECT_NULL("xrcd_open_o_excl_existing_einval", open_xrcd(fd, O_CREAT | O_EXCL), EINVAL,
+		    d_xrcd);
+	{
+		int fd2 = open(path, O_RDONLY);
+		EXPECT_OBJ("xrcd_open_same_inode_other_fd", x2, open_xrcd(fd2, 0));
+		if (fd2 >= 0)
+			close(fd2);
+	}
+	/* XRC SRQ: PD, XRCD and CQ are all required (ib_uverbs create_srq) */
+	EXPECT_NULL("xsrq_without_xrcd_einval",
+		    mk_xsrq(pd, cq, x, IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ), EINVAL,
+		    d_srq);
+	EXPECT_NULL("xsrq_without_cq_einval", mk_xsrq(pd, NULL, x, xsrq_mask), EINVAL, d_srq);
+	EXPECT_OBJ("xsrq_create", srq, mk_xsrq(pd, cq, x, xsrq_mask));
+	if (!srq)
+		goto out;
+	rc = ibv_get_srq_num(srq, &num);
+	expect_ret("xsrq_get_srq_num", 0, rc);
+	check("xsrq_srq_num_24_bits", rc == 0 && num != 0 && num <= 0xFFFFFF, "expected 1..0xFFFFFF got 0x%x", num);
+	{
+		struct ibv_srq_init_attr si = { .attr = { .max_wr = 4, .max_sge = 1 } };
+		bsrq = ibv_create_srq(pd, &si);
+		if (bsrq)
+			expect_ret("basic_srq_get_srq_num_einval", EINVAL, ibv_get_srq_num(bsrq, &num));
+	}
+	/* TGT QP: needs its XRCD (ibv_create_qp_ex with PD alone goes to
+	 * ibv_create_qp, which has no XRCD) */
+	EXPECT_NULL("tgt_qp_without_xrcd_einval", mk_tgt(NULL, IBV_QP_INIT_ATTR_PD, pd), EINVAL, d_qp);
+	EXPECT_OBJ("tgt_qp_create", tgt, mk_tgt(x, IBV_QP_INIT_ATTR_XRCD, NULL));
+	/* INI QP: a send queue alone; an SRQ is refused */
+	{
+		struct ibv_qp_init_attr ia;
+		memset(&ia, 0, sizeof ia);
+		ia.qp_type = IBV_QPT_XRC_SEND;
+		ia.send_cq = cq;
+		ia.srq = srq;
+		ia.cap.max_send_wr = 4;
+		ia.cap.max_send_sge = 1;
+		EXPECT_NULL("ini_qp_with_srq_einval", ibv_create_qp(pd, &ia), EINVAL, d_qp);
+		ia.srq = NULL;
+		EXPECT_OBJ("ini_qp_create", ini, ibv_create_qp(pd, &ia));
+	}
+	if (!tgt || !ini)
+		goto out;
+	expect_ret("tgt_qp_to_rts", 0, drive(tgt, IBV_QPS_RTS));
+	expect_ret("ini_qp_to_rts", 0, drive(ini, IBV_QPS_RTS));
+	{
+		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *rbad = NULL;
+		struct ibv_send_wr sw = { .wr_id = 2, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND },
+				   *sbad = NULL;
+		/* no receive queue on either half (mlx5: EINVAL) */
+		expect_ret("tgt_qp_post_recv_einval", EINVAL, ibv_post_recv(tgt, &rw, &rbad));
+		expect_ret("ini_qp_post_recv_einval", EINVAL, ibv_post_recv(ini, &rw, &rbad));
+		/* a TGT QP has no send queue */
+		expect_ret("tgt_qp_post_send_einval", EINVAL, ibv_post_send(tgt, &sw, &sbad));
+	}
+	/* in use: ibv_close_xrcd -> EBUSY (uverbs: the handle's usecnt) */
+	expect_ret("xrcd_close_with_srq_and_tgt_ebusy", EBUSY, ibv_close_xrcd(x));
+	/* ibv_open_qp: by number, in the same domain (another handle of the
+	 * same inode is the same domain), never in another */
+	{
+		struct ibv_qp_open_attr oa = {
+			.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
+			.qp_num = tgt->qp_num, .xrcd = xp, .qp_type = IBV_QPT_XRC_RECV,
+		};
+		EXPECT_NULL("open_qp_other_xrcd_einval", ibv_open_qp(F.ctx, &oa), EINVAL, d_qp);
+		oa.xrcd = x;
+		oa.qp_num = ini->qp_num;
+		EXPECT_NULL("open_qp_not_a_tgt_einval", ibv_open_qp(F.ctx, &oa), EINVAL, d_qp);
+		oa.qp_num = tgt->qp_num ^ 0x800000;
+		EXPECT_NULL("open_qp_no_such_qp_einval", ibv_open_qp(F.ctx, &oa), EINVAL, d_qp);
+		oa.qp_num = tgt->qp_num;
+		oa.xrcd = x2 ? x2 : x;
+		EXPECT_OBJ("open_qp_same_domain", opened, ibv_open_qp(F.ctx, &oa));
+		if (opened) {
+			check("open_qp_number", opened->qp_num == tgt->qp_num, "expected 0x%x got 0x%x",
+			      tgt->qp_num, opened->qp_num);
+			expect_ret("open_qp_destroy", 0, ibv_destroy_qp(opened));
+			opened = NULL;
+			check("tgt_qp_outlives_opened_handle", query_state(tgt) == IBV_QPS_RTS,
+			      "expected RTS got %d", query_state(tgt));
+		}
+	}
+	expect_ret("ini_qp_destroy", 0, ibv_destroy_qp(ini));
+	ini = NULL;
+	expect_ret("tgt_qp_destroy", 0, ibv_destroy_qp(tgt));
+	tgt = NULL;
+	expect_ret("xrcd_close_with_srq_ebusy", EBUSY, ibv_close_xrcd(x));
+	expect_ret("xsrq_destroy", 0, ibv_destroy_srq(srq));
+	srq = NULL;
+	expect_ret("xrcd_close", 0, ibv_close_xrcd(x));
+	x = NULL;
+out:
+	if (opened)
+		ibv_destroy_qp(opened);
+	if (ini)
+		ibv_destroy_qp(ini);
+	if (tgt)
+		ibv_destroy_qp(tgt);
+	if (srq)
+		ibv_destroy_srq(srq);
+	if (bsrq)
+		ibv_destroy_srq(bsrq);
+	if (x)
+		ibv_close_xrcd(x);
+	if (x2)
+		ibv_close_xrcd(x2);
+	if (xp)
+		ibv_close_xrcd(xp);
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+	}
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
+/* ------------------------------------------------------------------ */
 /* Group: ordering - destroy-while-in-use                              */
 /* ------------------------------------------------------------------ */
 
@@ -3039,6 +3257,7 @@ static const struct group groups[] = {
 	{ "post_state", g_post_state },
 	{ "ah", g_ah },
 	{ "srq", g_srq },
+	{ "xrc", g_xrc },
 	{ "ordering", g_ordering },
 	{ "mw", g_mw },
 	{ "qp_ex", g_qp_ex },

@@ -10,7 +10,10 @@ Workloads (WORKLOADS below): ibv_rc_pingpong -s 3000 -n 50, -m 256, -s 1001
 (SEND_ONLY with PadCnt 3), ibv_uc_pingpong, ib_read_bw -s 9000, ib_read_lat
 -s 61, ib_atomic_bw (FETCH_ADD and CMP_AND_SWAP), ib_write_bw -s 5000,
 ib_write_lat -s 13, ib_send_bw -s 2000 (perftest pinned to -m 1024), ib_write_bw
--s 9000 at the port's own MTU (4096 on loopback), and ibv_rc_pingpong over IPv6
+-s 9000 at the port's own MTU (4096 on loopback), ibv_xsrq_pingpong (XRC:
+tshark 4.0.17 names its opcodes but dissects nothing past their BTH, so the
+XRCETH and the ICRC of XRC frames are checked by our parse alone; the
+per-connection rules below cover RC and UC opcodes), and ibv_rc_pingpong over IPv6
 GIDs in a private network namespace (skipped without root).  Free TCP ports.
 
 Per frame (frame numbers are 1-based, as in tshark/Wireshark):
@@ -128,6 +131,10 @@ WORKLOADS = [
     # the port's own MTU: 4096-byte packets on loopback
     ('write_bw_port_mtu', ['ib_write_bw'] + PT + ['-n', '50', '-s', '9000'], port_mtu_lo(),
      {0x06, 0x07, 0x08, 0x11}),
+    # XRC (ibv_xsrq_pingpong, its default MTU 1024): SENDs with the XRCETH
+    # naming the peer's XRC SRQ, XRC ACKs
+    ('xsrq_pingpong', ['ibv_xsrq_pingpong'] + PP + ['-s', '3000', '-n', '20'], 1024,
+     {0xA0, 0xA1, 0xA2, 0xB1}),
     # IPv6 GIDs (§1.3): run in a private namespace, UROCE_ADDR=fd00:4791::1 / ::2
     ('rc_pingpong_ipv6', ['ibv_rc_pingpong'] + PP + ['-s', '3000', '-n', '20', '-c'], 1024,
      {0x00, 0x01, 0x02, 0x11}),
@@ -222,12 +229,17 @@ def check_frame_rules(rf, pmtu, where, P):
             P.add(where, f'{name} with {plen} payload bytes, want 1..{pmtu} (§7)')
         elif pos == 'ONLY' and plen > pmtu:
             P.add(where, f'{name} with {plen} payload bytes, PMTU {pmtu} (§7)')
-    if rf.opcode in (0x0D, 0x0F, 0x10, 0x11, 0x12):
+    if rf.opcode in (0x0D, 0x0F, 0x10, 0x11, 0x12, 0xAD, 0xAF, 0xB0, 0xB1, 0xB2):
         syn = rf.ext[0]
         if syn & 0x80 or (syn & 0x60) == 0x40 or ((syn & 0x60) == 0x60 and syn > 0x64):
             P.add(where, f'{name}: AETH syndrome {syn:#04x} is reserved (§5)')
     if rf.opcode in (0x0C,) and struct.unpack('!I', rf.ext[12:16])[0] > 1 << 31:
         P.add(where, 'READ request DMA length above 2^31 (§2.2)')
+    if 0xA0 <= rf.opcode <= 0xB7 and rw.OPCODES[rf.opcode & 0x1F][1] != hlen:
+        # an XRC request: XRCETH = 8 reserved bits, the 24-bit XRC SRQ number (§2.2)
+        srqn = struct.unpack('!I', rf.ext[0:4])[0]
+        if srqn >> 24 or not srqn:
+            P.add(where, f'{name}: XRCETH {srqn:#010x}, want 0x00 + a non-zero SRQ number (§2.2)')
     if rf.opcode in (0x13, 0x14) and struct.unpack('!Q', rf.ext[0:8])[0] & 7:
         P.add(where, 'atomic VA not 8-byte aligned (§2.2)')
 
@@ -317,6 +329,11 @@ def analyze(path, pmtu, P, label=None, own=None):
             for m in t['_ws.expert.message'].split(';'):
                 if not any(k in m for k in ACCEPTED_EXPERT):
                     P.add(where, f'tshark expert item: {m}')
+        if 0xA0 <= rf.opcode <= 0xB7 and not t['infiniband.invariant.crc']:
+            # tshark 4.0.17 names the XRC opcodes but dissects nothing after
+            # their BTH ("Unknown OpCode", the rest a "Vendor Specific or
+            # Unknown Header Sequence"): no XRCETH, no ICRC field to compare
+            t = dict(t, **{'infiniband.invariant.crc': str(struct.unpack('!I', rf.icrc_wire)[0])})
         try:
             top = int(t['infiniband.bth.opcode'], 0)
             tqp = int(t['infiniband.bth.destqp'], 0)
@@ -520,6 +537,8 @@ def own_address(log):
     except OSError:
         return None
     m = re.search(r'local address:.*?GID:? *(\S+)', text, re.S)
+    # ibv_xsrq_pingpong: '   local: LID 0000, QPN RECV ..., GID ::ffff:a.b.c.d'
+    m = m or re.search(r'^ *local: LID .*?GID (\S+)', text, re.M)
     if not m:
         return None
     g = m.group(1).rstrip(',')

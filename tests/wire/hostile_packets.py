@@ -21,7 +21,8 @@ correct ICRC) and nothing else arrived, and a normal SEND on QP 0 still
 completes and is ACKed ("probe").
 
 Classes: truncated (below BTH+ICRC, below the opcode's headers), oversized,
-wrong PadCnt, payload on header-only opcodes, 21 unknown opcodes, TVer != 0,
+wrong PadCnt, payload on header-only opcodes, 21 unknown opcodes, XRC
+opcodes sent to an RC QP, TVer != 0,
 wrong P_Key, bad ICRC (10 kinds), masked fields (positive controls: FECN/
 BECN, TOS=CE, TTL, UDP checksum, IPv4 ID != 0 via a raw socket), unknown
 destination QPN (0, 1, 0xFFFFFF, ...), wrong source address (incl. WRITE past
@@ -572,11 +573,20 @@ class Hostile:
         ], expect={'drop_bad_header': 3})
 
         # 6. opcodes not in the §3 table
+        # (XRC's 0xB5 and 0xB8 are as reserved as RC's 0x15 and 0x18)
         unknown = [0x15, 0x18, 0x19, 0x1A, 0x1B, 0x1C, 0x1E, 0x1F, 0x40, 0x41, 0x4C, 0x60, 0x63,
-                   0x66, 0x80, 0xA4, 0xB1, 0xC0, 0xE0, 0xFF, 0x3D]   # 0x3D: a UC ATOMIC_WRITE
+                   0x66, 0x80, 0xB5, 0xB8, 0xC0, 0xE0, 0xFF, 0x3D]   # 0x3D: a UC ATOMIC_WRITE
         self.step(f'unknown opcodes ({len(unknown)})',
                   [self.wire(rw.bth(op, self.qpn(0), e(), ackreq=1) + b'\0' * 16) for op in unknown],
                   expect={'drop_bad_header': len(unknown)})
+
+        # 6b. XRC opcodes (§3) to an RC QP: an XRC SEND ONLY (XRCETH naming
+        # SRQ 1, 12 payload bytes) and an XRC ACK belong to no transport of
+        # the QP (§1.5 items 3-4)
+        self.step('XRC opcodes to an RC QP', [
+            self.wire(rw.bth(0xA4, self.qpn(0), e(), ackreq=1) + struct.pack('!I', 1) + b'\0' * 12),
+            self.wire(rw.bth(0xB1, self.qpn(0), e()) + rw.aeth(0x1F, 0)),
+        ], expect={'drop_wrong_peer': 2})
 
         # 7. TVer != 0 (§2.1)
         self.step('TVer != 0', [self.wire(self.send_only(q0, b'tver tver', tver=v)) for v in (1, 2, 8, 15)],

@@ -51,6 +51,13 @@ _op(0x14, 'RC_FETCH_ADD', _ATMETH, False)
 _op(0x16, 'RC_SEND_LAST_INV', _IETH, True)
 _op(0x17, 'RC_SEND_ONLY_INV', _IETH, True)
 _op(0x1D, 'RC_ATOMIC_WRITE', _RETH, True)   # 8 bytes of payload
+# XRC (0xA0..): RC's operations; requests carry a 4-byte XRCETH (the XRC
+# SRQ number) right after the BTH, responses none (§2.2, §3)
+_XRCETH = 4
+for _code, (_name, _hdr, _pay) in list(OPCODES.items()):
+    if _code <= 0x17:
+        _req = _code <= 0x0C or _code in (0x13, 0x14, 0x16, 0x17)
+        _op(0xA0 | _code, 'XRC' + _name[2:], _hdr + (_XRCETH if _req else 0), _pay)
 _op(0x64, 'UD_SEND_ONLY', _DETH, True)
 _op(0x65, 'UD_SEND_ONLY_IMM', _DETH + _IMM, True)
 _op(0x80, 'IB_CNP', 0, True)            # native IB CNP (§3) - not RoCEv2
