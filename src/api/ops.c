@@ -92,4 +92,5 @@ void uroce_fill_ops(struct verbs_context *v)
 	v->close_xrcd = unsup_close_xrcd;
 	v->get_srq_num = unsup_get_srq_num;
 	v->open_qp = unsup_open_qp;
+	v->advise_mr = uroce_advise_mr;
 }

@@ -12,6 +12,20 @@ __be64 uroce_node_guid(void)
 	return htobe64(g);
 }
 
+/* The kernel's IB_DEVICE_ON_DEMAND_PAGING (ib_verbs.h: 1ULL << 31), which
+ * mlx5 sets with ODP and libibverbs' enum does not name. */
+#define UROCE_DEVICE_ON_DEMAND_PAGING (1u << 31)
+
+/* ODP per transport: memory in a user-space NIC is always on demand (nothing
+ * is pinned, mem.c checks each access against the mapping), so every
+ * operation of a transport uroce carries is ODP-capable on it: RC and XRC
+ * (XRC shares RC's responder) everything, UC no READ/atomics, UD send and
+ * receive.  IBV_ODP_SUPPORT_IMPLICIT: ibv_reg_mr(NULL, SIZE_MAX). */
+#define ODP_RC (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | \
+		IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV)
+#define ODP_UC (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV)
+#define ODP_UD (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV)
+
 static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 {
 	(void)dev;
@@ -28,7 +42,7 @@ static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 	a->max_qp_wr = UROCE_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
 			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE * 0 |
-			      IBV_DEVICE_N_NOTIFY_CQ;
+			      IBV_DEVICE_N_NOTIFY_CQ | UROCE_DEVICE_ON_DEMAND_PAGING;
 	a->max_sge = UROCE_MAX_SGE;
 	a->max_sge_rd = UROCE_MAX_SGE;
 	a->max_cq = UROCE_MAX_CQ;
@@ -66,6 +80,11 @@ int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device
 	memset(&a, 0, sizeof(a));
 	fill_device_attr(to_uctx(ctx)->dev, &a.orig_attr);
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = ODP_RC;
+	a.odp_caps.per_transport_caps.uc_odp_caps = ODP_UC;
+	a.odp_caps.per_transport_caps.ud_odp_caps = ODP_UD;
+	a.xrc_odp_caps = ODP_RC;
 	a.phys_port_cnt_ex = 1;
 	a.max_wq_type_rq = 0;
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));

@@ -10,6 +10,8 @@ int uroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access);
 int uroce_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
 int uroce_dereg_mr(struct ibv_mr *mr);
+int uroce_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		    uint32_t num_sge);
 
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx);
 int uroce_destroy_comp_channel(struct ibv_comp_channel *ch);

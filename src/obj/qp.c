@@ -262,9 +262,12 @@ static int check_attr_values(struct uroce_qp *qp, struct ibv_qp_attr *a, int mas
 		return EINVAL;
 	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xFFFFFF)
 		return EINVAL;
+	/* IBV_ACCESS_ON_DEMAND is an MR bit that pyverbs' ODP tests pass in the
+	 * QP's flags too; the kernel passes it on and mlx5 ignores it */
 	if ((mask & IBV_QP_ACCESS_FLAGS) &&
 	    (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-					      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)))
+					      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND |
+					      IBV_ACCESS_ON_DEMAND)))
 		return EINVAL;
 	if (mask & IBV_QP_AV) {
 		/* RoCE needs a GRH: a non-global AH cannot be routed (rdma-core

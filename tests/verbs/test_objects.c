@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -2481,6 +2482,241 @@ out:
 /* Driver                                                              */
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* Group: odp                                                          */
+/* ------------------------------------------------------------------ */
+
+/* One RC operation on a QP connected to itself; returns the completion's
+ * status, or -1 when none came within 2 s. */
+static int odp_op(struct ibv_qp *qp, struct ibv_cq *cq, enum ibv_wr_opcode op, struct ibv_mr *lmr, void *laddr,
+		  uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)laddr, len, lmr->lkey };
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_wc wc;
+
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = 0x0d9;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 1;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	if (ibv_post_send(qp, &wr, &bad))
+		return -2;
+	memset(&wc, 0, sizeof wc);
+	if (poll_cq_for(cq, &wc, 1, 2000) != 1)
+		return -1;
+	return wc.status;
+}
+
+/* RESET..RTS connected to peer with the send PSN the receive PSN (so the
+ * two are in sequence), remote atomics too.  Two QPs rather than one
+ * connected to itself: a responder that NAKs an access error enters ERR
+ * itself (IBA 9.9.3.1.3), so a lone QP would flush its WQE first. */
+static int odp_rts(struct ibv_qp *qp, struct ibv_qp *peer)
+{
+	static const enum ibv_qp_state path[] = { IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	struct ibv_qp_attr a;
+
+	for (size_t i = 0; i < sizeof path / sizeof path[0]; i++) {
+		for (int k = 0; k < 2; k++) {
+			struct ibv_qp *q = k ? peer : qp;
+			std_attr(q, path[i], &a);
+			a.dest_qp_num = (k ? qp : peer)->qp_num;
+			a.sq_psn = a.rq_psn;
+			a.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+			int rc = ibv_modify_qp(q, &a, std_mask(q->qp_type, path[i]));
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static void expect_wc(const char *name, int exp, int got)
+{
+	check(name, exp == got, "expected status %d (%s) got %d (%s)", exp, ibv_wc_status_str(exp), got,
+	      got < 0 ? (got == -1 ? "no completion in 2 s" : "post_send failed") : ibv_wc_status_str(got));
+}
+
+static void g_odp(void)
+{
+	struct ibv_device_attr_ex dx;
+	struct ibv_pd *pd = NULL;
+	struct ibv_cq *cq = NULL;
+	struct ibv_qp *qp = NULL, *qp2 = NULL;
+	struct ibv_cq *cq2 = NULL;
+	struct ibv_mr *mr = NULL, *ro = NULL, *imr = NULL, *plain = NULL;
+	struct ibv_sge sge;
+	int rc;
+	const unsigned all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND;
+
+	if (!fx_open())
+		return;
+	/* mlx5 with ODP: IB_DEVICE_ON_DEMAND_PAGING (1 << 31) and odp_caps */
+	memset(&dx, 0, sizeof dx);
+	rc = ibv_query_device_ex(F.ctx, NULL, &dx);
+	expect_ret("odp_query_device_ex", 0, rc);
+	expect_x("odp_general_caps", IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT, dx.odp_caps.general_caps);
+	expect_x("odp_rc_caps", IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV,
+		 dx.odp_caps.per_transport_caps.rc_odp_caps);
+	check("odp_ud_caps_send_recv", (dx.odp_caps.per_transport_caps.ud_odp_caps &
+					(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV)) ==
+	      (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV), "expected SEND|RECV got 0x%x",
+	      dx.odp_caps.per_transport_caps.ud_odp_caps);
+	check("odp_device_cap_flag", (dx.orig_attr.device_cap_flags & (1u << 31)) != 0,
+	      "expected bit 31 (IB_DEVICE_ON_DEMAND_PAGING) in 0x%x", dx.orig_attr.device_cap_flags);
+
+	pd = ibv_alloc_pd(F.ctx);
+	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	if (!pd || !cq || !cq2) {
+		fail("odp_setup", "expected a PD and two CQs");
+		goto out;
+	}
+	EXPECT_OBJ("odp_reg_mr_explicit", mr, ibv_reg_mr(pd, buf, sizeof buf, all));
+	EXPECT_OBJ("odp_reg_mr_read_only", ro, ibv_reg_mr(pd, buf, sizeof buf,
+							 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_READ));
+	/* ibv_reg_mr(3): the implicit ODP MR is addr NULL, length SIZE_MAX */
+	EXPECT_OBJ("odp_reg_mr_implicit", imr, ibv_reg_mr(pd, NULL, SIZE_MAX, all));
+	EXPECT_NULL("odp_reg_mr_implicit_needs_odp", ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE),
+		    EINVAL, d_mr);
+	EXPECT_NULL("odp_reg_mr_implicit_iova_einval",
+		    ibv_reg_mr_iova(pd, NULL, SIZE_MAX, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+		    EINVAL, d_mr);
+	plain = reg_buf(pd);
+	if (!mr || !ro || !imr || !plain)
+		goto out;
+
+	/* ibv_advise_mr(3), errors as mlx5_ib_advise_mr */
+	sge = (struct ibv_sge){ (uintptr_t)buf, 4096, mr->lkey };
+	expect_ret("advise_mr_prefetch_sync", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_prefetch_write_async", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1));
+	expect_ret("advise_mr_no_fault", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_bad_advice_eopnotsupp", EOPNOTSUPP,
+		   ibv_advise_mr(pd, (enum ibv_advise_mr_advice)7, 0, &sge, 1));
+	expect_ret("advise_mr_bad_flags_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 2, &sge, 1));
+	expect_ret("advise_mr_no_sge_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0));
+	sge.lkey = plain->lkey;
+	expect_ret("advise_mr_not_odp_sync_enoent", ENOENT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_not_odp_async_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
+	sge.lkey = ro->lkey;
+	expect_ret("advise_mr_write_read_only_enoent", ENOENT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	sge = (struct ibv_sge){ (uintptr_t)buf + sizeof buf - 4096, 8192, mr->lkey };
+	expect_ret("advise_mr_out_of_bounds_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+
+	/* Memory that is not mapped, not readable, not writable: holes that
+	 * nothing can fill (the page after NULL, below vm.mmap_min_addr, and
+	 * the first address past user space on x86-64 and arm64's 48-bit
+	 * layout), a PROT_NONE page, a read-only page. */
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		fail("odp_mmap", "expected mmap to work got errno %d", errno);
+		goto out;
+	}
+	uint8_t *hole = (uint8_t *)(uintptr_t)4096, *none = m, *rdonly = m + pg;
+	uint8_t *past = (uint8_t *)(uintptr_t)(1ull << 47);
+	memset(rdonly, 0x5a, pg);
+	mprotect(none, pg, PROT_NONE);
+	mprotect(rdonly, pg, PROT_READ);
+	sge = (struct ibv_sge){ (uintptr_t)hole, 64, imr->lkey };
+	expect_ret("advise_mr_implicit_hole_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	sge = (struct ibv_sge){ (uintptr_t)rdonly, 64, imr->lkey };
+	expect_ret("advise_mr_implicit_write_read_only_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_implicit_read_read_only", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+
+	/* Remote accesses through the implicit rkey (a QP connected to
+	 * itself): what is mapped with the permission works, the rest is a
+	 * remote access error and the process survives (hostile-input rule). */
+	EXPECT_OBJ("odp_create_qp", qp, mk_qp(pd, cq, IBV_QPT_RC, NULL));
+	EXPECT_OBJ("odp_create_qp2", qp2, mk_qp(pd, cq2, IBV_QPT_RC, NULL));
+	if (!qp || !qp2)
+		goto unmap;
+	uint8_t *src = buf, *dst = buf + 8192;
+	memset(src, 0xab, 256);
+	memset(dst, 0, 256);
+	if (odp_rts(qp, qp2)) {
+		fail("odp_qp_rts", "expected the QP in RTS");
+		goto unmap;
+	}
+	expect_wc("odp_implicit_write_lands", IBV_WC_SUCCESS,
+		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, src, 256, (uintptr_t)dst, imr->rkey));
+	check("odp_implicit_write_data", !memcmp(src, dst, 256), "expected the 256 bytes written at the target");
+	expect_wc("odp_implicit_read_read_only_page", IBV_WC_SUCCESS,
+		  odp_op(qp, cq, IBV_WR_RDMA_READ, mr, dst, 64, (uintptr_t)rdonly, imr->rkey));
+	check("odp_implicit_read_data", dst[0] == 0x5a && dst[63] == 0x5a, "expected 0x5a read back");
+
+	struct { const char *name; enum ibv_wr_opcode op; uint8_t *at; } bad[] = {
+		{ "odp_implicit_write_hole_rem_access", IBV_WR_RDMA_WRITE, hole },
+		{ "odp_implicit_read_hole_rem_access", IBV_WR_RDMA_READ, hole },
+		{ "odp_implicit_write_past_user_space_rem_access", IBV_WR_RDMA_WRITE, past },
+		{ "odp_implicit_read_top_of_address_space_rem_access", IBV_WR_RDMA_READ,
+		  (uint8_t *)(uintptr_t)(UINT64_MAX - 7) },
+		{ "odp_implicit_read_prot_none_rem_access", IBV_WR_RDMA_READ, none },
+		{ "odp_implicit_write_read_only_rem_access", IBV_WR_RDMA_WRITE, rdonly },
+		{ "odp_implicit_atomic_read_only_rem_access", IBV_WR_ATOMIC_FETCH_AND_ADD, rdonly },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		if (odp_rts(qp, qp2)) {
+			fail(bad[i].name, "expected the QP back in RTS");
+			continue;
+		}
+		expect_wc(bad[i].name, IBV_WC_REM_ACCESS_ERR,
+			  odp_op(qp, cq, bad[i].op, mr, src, 8, (uintptr_t)bad[i].at, imr->rkey));
+	}
+	check("odp_read_only_page_unchanged", rdonly[0] == 0x5a && rdonly[7] == 0x5a, "expected 0x5a");
+	/* a local SGE through the implicit lkey over a hole: the WQE fails
+	 * locally instead of faulting (mlx5: a local protection error) */
+	if (!odp_rts(qp, qp2))
+		expect_wc("odp_implicit_local_sge_hole_loc_prot", IBV_WC_LOC_PROT_ERR,
+			  odp_op(qp, cq, IBV_WR_RDMA_WRITE, imr, hole, 64, (uintptr_t)dst, mr->rkey));
+unmap:
+	munmap(none, 2 * pg);
+out:
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (qp2)
+		ibv_destroy_qp(qp2);
+	if (cq2)
+		ibv_destroy_cq(cq2);
+	if (plain)
+		ibv_dereg_mr(plain);
+	if (imr)
+		ibv_dereg_mr(imr);
+	if (ro)
+		ibv_dereg_mr(ro);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
 struct group {
 	const char *name;
 	void (*fn)(void);
@@ -2500,6 +2736,7 @@ static const struct group groups[] = {
 	{ "ah", g_ah },
 	{ "srq", g_srq },
 	{ "ordering", g_ordering },
+	{ "odp", g_odp },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
