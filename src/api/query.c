@@ -102,7 +102,7 @@ int uroce_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	a.state = IBV_PORT_ACTIVE;
 	a.max_mtu = IBV_MTU_4096;
 	a.active_mtu = dev->cfg.active_mtu;
-	a.gid_tbl_len = dev->cfg.ngids;
+	a.gid_tbl_len = UROCE_GID_TBL_LEN;
 	a.port_cap_flags = 0;
 	a.max_msg_sz = UROCE_MAX_MSG;
 	a.pkey_tbl_len = 1;

@@ -272,9 +272,11 @@ static int check_attr_values(struct uroce_qp *qp, struct ibv_qp_attr *a, int mas
 	if (mask & IBV_QP_AV) {
 		/* RoCE needs a GRH: a non-global AH cannot be routed (rdma-core
 		 * tests expect EINVAL) */
-		if (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index >= dev->cfg.ngids ||
-		    (a->ah_attr.port_num && a->ah_attr.port_num != 1))
+		if (!a->ah_attr.is_global || (a->ah_attr.port_num && a->ah_attr.port_num != 1))
 			return EINVAL;
+		/* an empty GID slot: rdma_fill_sgid_attr's ENODATA (api/verbs.c) */
+		if (a->ah_attr.grh.sgid_index >= dev->cfg.ngids)
+			return ENODATA;
 		const uint8_t *dg = a->ah_attr.grh.dgid.raw;
 		static const uint8_t zero[16];
 		if (!memcmp(dg, zero, 16))

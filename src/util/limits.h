@@ -18,5 +18,9 @@
 #define UROCE_MAX_AH 65536
 #define UROCE_MAX_SRQ 4096
 #define UROCE_MAX_SRQ_WR 16384
+/* The port's GID table, as rxe's (RXE_PORT_GID_TBL_LEN): the configured
+ * addresses first, the rest empty slots (api/verbs.c says how each query
+ * answers one). */
+#define UROCE_GID_TBL_LEN 1024
 
 #endif

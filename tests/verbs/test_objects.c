@@ -54,6 +54,8 @@
 #include <unistd.h>
 
 #define DEV_NAME "uroce0"
+/* more GIDs than a process has (uroce: at most 4 addresses) */
+#define UROCE_TEST_GIDS 16
 
 /* ------------------------------------------------------------------ */
 /* Reporting                                                           */
@@ -494,6 +496,15 @@ static void expect_state(const char *name, struct ibv_qp *qp,
 	      st, st, got, qp->state);
 }
 
+/* How many GIDs the port has (ibv_query_gid_table lists valid ones). */
+static int valid_gids(void)
+{
+	struct ibv_gid_entry tbl[UROCE_TEST_GIDS];
+	ssize_t n = ibv_query_gid_table(F.ctx, tbl, UROCE_TEST_GIDS, 0);
+
+	return n < 0 ? 0 : (int)n;
+}
+
 static struct ibv_mr *reg_buf(struct ibv_pd *pd)
 {
 	return ibv_reg_mr(pd, buf, sizeof buf,
@@ -715,6 +726,27 @@ static void g_device(void)
 	expect_ret("query_gid_ex_index_out_of_range_einval", EINVAL, rc);
 	rc = ibv_query_gid_ex(ctx, 2, 0, &ge, 0);
 	expect_ret("query_gid_ex_port_2_einval", EINVAL, rc);
+
+	/* The table has spare slots, as rxe's (RXE_PORT_GID_TBL_LEN 1024):
+	 * an empty one is rdma_get_gid_attr's ENODATA, which ibv_query_gid
+	 * turns into the zero GID; ibv_query_gid_table lists valid entries
+	 * only.  The last slot is empty with one address per process. */
+	expect_i("query_port_gid_tbl_len_1024", 1024, pa.gid_tbl_len);
+	if (pa.gid_tbl_len > 1) {
+		static const union ibv_gid zero_gid;
+		int last = pa.gid_tbl_len - 1;
+		memset(&g2, 0xff, sizeof g2);
+		rc = ibv_query_gid(ctx, 1, last, &g2);
+		check("query_gid_empty_slot_zero", rc == 0 && !memcmp(&g2, &zero_gid, sizeof g2),
+		      "expected 0 and the zero GID got %d and %s", rc, gidstr(&g2, s1, sizeof s1));
+		rc = ibv_query_gid_ex(ctx, 1, (uint32_t)last, &ge, 0);
+		expect_ret("query_gid_ex_empty_slot_enodata", ENODATA, rc);
+		struct ibv_gid_entry tbl[UROCE_TEST_GIDS];
+		ssize_t cnt = ibv_query_gid_table(ctx, tbl, UROCE_TEST_GIDS, 0);
+		check("query_gid_table_valid_entries_only", cnt >= 1 && cnt < UROCE_TEST_GIDS,
+		      "expected between 1 and %d entries in a buffer of %d got %zd", UROCE_TEST_GIDS - 1,
+		      UROCE_TEST_GIDS, cnt);
+	}
 
 	/* ibv_query_gid_table (inline -> _ibv_query_gid_table) */
 	{
@@ -1706,6 +1738,12 @@ static void g_qp_rc(void)
 		bad_modify("qp_rc_init_to_rtr_sgid_index_out_of_range", qp, &a, RTR_M,
 			   EINVAL);
 	}
+	/* ... and an empty slot within the table -> -ENODATA. */
+	if (valid_gids() < F.pa.gid_tbl_len && valid_gids() < 256) {
+		std_attr(qp, IBV_QPS_RTR, &a);
+		a.ah_attr.grh.sgid_index = (uint8_t)valid_gids();
+		bad_modify("qp_rc_init_to_rtr_sgid_index_empty_enodata", qp, &a, RTR_M, ENODATA);
+	}
 	/* rxe_qp_chk_attr(): path_mtu > port max_mtu -> -EINVAL. */
 	if (F.pa.max_mtu < IBV_MTU_4096) {
 		std_attr(qp, IBV_QPS_RTR, &a);
@@ -2261,6 +2299,11 @@ static void g_ah(void)
 		a.grh.sgid_index = (uint8_t)F.pa.gid_tbl_len;
 		EXPECT_NULL("ah_create_sgid_index_out_of_range_einval",
 			    ibv_create_ah(pd, &a), EINVAL, d_ah);
+		a.grh.sgid_index = 0;
+	}
+	if (valid_gids() < F.pa.gid_tbl_len && valid_gids() < 256) {
+		a.grh.sgid_index = (uint8_t)valid_gids();
+		EXPECT_NULL("ah_create_sgid_index_empty_enodata", ibv_create_ah(pd, &a), ENODATA, d_ah);
 		a.grh.sgid_index = 0;
 	}
 	if (ah) {
