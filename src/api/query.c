@@ -85,6 +85,7 @@ int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device
 	a.odp_caps.per_transport_caps.uc_odp_caps = ODP_UC;
 	a.odp_caps.per_transport_caps.ud_odp_caps = ODP_UD;
 	a.xrc_odp_caps = ODP_RC;
+	a.max_dm_size = UROCE_MAX_DM;   /* obj/dm.c */
 	a.phys_port_cnt_ex = 1;
 	a.max_wq_type_rq = 0;
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));

@@ -35,7 +35,17 @@ struct uroce_mr {
 	uint8_t *host;        /* host address that iova maps to */
 	uint64_t length;
 	unsigned access;
+	struct uroce_dm *dm;  /* the device memory of an ibv_reg_dm_mr MR (obj/dm.c) */
 };
+
+/* Device memory (ibv_alloc_dm): memory the NIC owns, here the library's. */
+struct uroce_dm {
+	struct ibv_dm ibv;
+	uint8_t *mem;
+	uint64_t length;
+	atomic_uint refcnt;   /* MRs registered on it */
+};
+static inline struct uroce_dm *to_udm(struct ibv_dm *d) { return container_of(d, struct uroce_dm, ibv); }
 
 
 /* ---------------------------------------------------------------- CQ ---- */

@@ -125,6 +125,8 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 	mem_mr_unpublish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
+	if (mr->dm)
+		atomic_fetch_sub(&mr->dm->refcnt, 1);
 	pthread_mutex_lock(&dev->lock);
 	dev->nmr--;
 	pthread_mutex_unlock(&dev->lock);

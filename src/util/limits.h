@@ -22,5 +22,7 @@
  * addresses first, the rest empty slots (api/verbs.c says how each query
  * answers one). */
 #define UROCE_GID_TBL_LEN 1024
+/* Device memory of a process (max_dm_size; mlx5's MEMIC is 128-256 KiB) */
+#define UROCE_MAX_DM (256u << 10)
 
 #endif

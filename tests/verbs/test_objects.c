@@ -2760,6 +2760,108 @@ out:
 	fx_close();
 }
 
+/* ------------------------------------------------------------------ */
+/* Group: dm (device memory, mlx5's rules)                             */
+/* ------------------------------------------------------------------ */
+
+static void d_dm(void *p) { ibv_free_dm(p); }
+
+static void g_dm(void)
+{
+	struct ibv_device_attr_ex dx;
+	struct ibv_alloc_dm_attr at;
+	struct ibv_dm *dm = NULL;
+	struct ibv_pd *pd = NULL;
+	struct ibv_cq *cq = NULL, *cq2 = NULL;
+	struct ibv_qp *qp = NULL, *qp2 = NULL;
+	struct ibv_mr *dmr = NULL, *mr = NULL;
+	uint8_t out[256], in[256];
+
+	if (!fx_open())
+		return;
+	memset(&dx, 0, sizeof dx);
+	expect_ret("dm_query_device_ex", 0, ibv_query_device_ex(F.ctx, NULL, &dx));
+	if (!check("dm_max_dm_size", dx.max_dm_size >= 4096, "expected >= 4096 got %llu",
+		   (unsigned long long)dx.max_dm_size))
+		goto out;
+	/* mlx5_alloc_dm: a comp_mask bit, 0 bytes or more than max_dm_size */
+	at = (struct ibv_alloc_dm_attr){ .length = 4096, .comp_mask = 1 };
+	EXPECT_NULL("dm_alloc_comp_mask_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = 0 };
+	EXPECT_NULL("dm_alloc_zero_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = dx.max_dm_size + 1 };
+	EXPECT_NULL("dm_alloc_too_long_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = dx.max_dm_size / 2 + 4 };
+	EXPECT_OBJ("dm_alloc", dm, ibv_alloc_dm(F.ctx, &at));
+	/* what is left of max_dm_size is less than another half */
+	EXPECT_NULL("dm_alloc_exhausted_enomem", ibv_alloc_dm(F.ctx, &at), ENOMEM, d_dm);
+	if (!dm)
+		goto out;
+	for (int i = 0; i < 256; i++)
+		out[i] = (uint8_t)(i * 7 + 1);
+	expect_ret("dm_memcpy_to", 0, ibv_memcpy_to_dm(dm, 64, out, 256));
+	memset(in, 0, sizeof in);
+	expect_ret("dm_memcpy_from", 0, ibv_memcpy_from_dm(in, dm, 64, 256));
+	check("dm_memcpy_roundtrip", !memcmp(in, out, 256), "expected the 256 bytes back");
+	/* mlx5_dm_memcpy: 4-byte words only, within the DM */
+	expect_ret("dm_memcpy_to_unaligned_offset_einval", EINVAL, ibv_memcpy_to_dm(dm, 3, out, 4));
+	expect_ret("dm_memcpy_from_unaligned_length_einval", EINVAL, ibv_memcpy_from_dm(in, dm, 4, 3));
+	expect_ret("dm_memcpy_to_past_end_efault", EFAULT, ibv_memcpy_to_dm(dm, at.length - 4, out, 8));
+	expect_ret("dm_memcpy_from_past_end_efault", EFAULT, ibv_memcpy_from_dm(in, dm, at.length + 4, 4));
+
+	pd = ibv_alloc_pd(F.ctx);
+	if (!pd)
+		goto out;
+	const unsigned acc = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	/* uverbs DM_MR_REG: zero-based only, within the DM */
+	EXPECT_NULL("dm_reg_mr_not_zero_based_einval", ibv_reg_dm_mr(pd, dm, 0, 256, IBV_ACCESS_LOCAL_WRITE),
+		    EINVAL, d_mr);
+	EXPECT_NULL("dm_reg_mr_past_end_einval", ibv_reg_dm_mr(pd, dm, 64, at.length, acc), EINVAL, d_mr);
+	EXPECT_NULL("dm_reg_mr_mw_bind_einval", ibv_reg_dm_mr(pd, dm, 0, 256, acc | IBV_ACCESS_MW_BIND), EINVAL,
+		    d_mr);
+	EXPECT_OBJ("dm_reg_mr", dmr, ibv_reg_dm_mr(pd, dm, 64, 4096, acc));
+	if (!dmr)
+		goto out;
+	expect_ret("dm_free_with_mr_ebusy", EBUSY, ibv_free_dm(dm));
+
+	/* a remote WRITE lands in the DM: the MR's address 0 is DM offset 64 */
+	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	mr = reg_buf(pd);
+	qp = cq ? mk_qp(pd, cq, IBV_QPT_RC, NULL) : NULL;
+	qp2 = cq2 ? mk_qp(pd, cq2, IBV_QPT_RC, NULL) : NULL;
+	if (!mr || !qp || !qp2 || odp_rts(qp, qp2)) {
+		fail("dm_qp_setup", "expected two connected RC QPs");
+		goto out;
+	}
+	for (int i = 0; i < 256; i++)
+		buf[i] = (uint8_t)(0xc3 ^ i);
+	expect_wc("dm_remote_write", IBV_WC_SUCCESS, odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 16, dmr->rkey));
+	memset(in, 0, sizeof in);
+	ibv_memcpy_from_dm(in, dm, 64 + 16, 256);
+	check("dm_remote_write_data", !memcmp(in, buf, 256), "expected the written bytes at DM offset 80");
+	expect_wc("dm_remote_write_past_mr_rem_access", IBV_WC_REM_ACCESS_ERR,
+		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 4096 - 128, dmr->rkey));
+out:
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (qp2)
+		ibv_destroy_qp(qp2);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (cq2)
+		ibv_destroy_cq(cq2);
+	if (dmr)
+		expect_ret("dm_dereg_mr", 0, ibv_dereg_mr(dmr));
+	if (dm)
+		expect_ret("dm_free", 0, ibv_free_dm(dm));
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
 struct group {
 	const char *name;
 	void (*fn)(void);
@@ -2780,6 +2882,7 @@ static const struct group groups[] = {
 	{ "srq", g_srq },
 	{ "ordering", g_ordering },
 	{ "odp", g_odp },
+	{ "dm", g_dm },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
