@@ -303,6 +303,43 @@ static void qp_reset(struct uroce_qp *qp)
 	ack_reset(qp);
 }
 
+/* A connected QP's path MTU must fit the route to its peer.  RoCEv2 sets
+ * DF (§1.2), so a packet larger than the route carries is refused by the
+ * kernel (EMSGSIZE) every time it is sent, fragmentation being no option:
+ * a QP whose full-size packets can never leave would end, after retry_cnt
+ * timeouts, in a RETRY_EXC_ERR that names no cause.  So modify_qp fails
+ * with EINVAL, and says why once, where the path MTU and the address
+ * vector meet (RTR, or a later change of either) -- as a port's MTU bounds
+ * the path MTU on InfiniBand (IBA 11.2.4.2's PMTU).  rxe and mlx5 accept
+ * any path MTU up to 4096 at RTR and then lose the packets the link cannot
+ * carry.  The largest packet of path MTU P is P + 64 bytes of IPv4, UDP,
+ * BTH, RETH, ImmDt and ICRC (P + 84 over IPv6).  Without a route (no
+ * interface yet) nothing can be said and nothing is refused. */
+static int check_path_mtu(struct uroce_qp *qp, const struct ibv_qp_attr *a, int mask, enum ibv_qp_state next)
+{
+	static atomic_bool told;
+	struct uroce_dev *dev = qp->dev;
+
+	if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) || next < IBV_QPS_RTR || next == IBV_QPS_ERR ||
+	    !(mask & (IBV_QP_PATH_MTU | IBV_QP_AV)))
+		return 0;
+	enum ibv_mtu pm = (mask & IBV_QP_PATH_MTU) ? a->path_mtu : qp->attr.path_mtu;
+	const struct ibv_ah_attr *ah = (mask & IBV_QP_AV) ? &a->ah_attr : &qp->attr.ah_attr;
+	const uint8_t *sgid = dev->cfg.gids[ah->grh.sgid_index], *dgid = ah->grh.dgid.raw;
+	int route = net_route_mtu(sgid, dgid);
+	unsigned need = (128u << pm) + (gid_is_ipv4(sgid) ? 64 : 84);
+	if (route <= 0 || need <= (unsigned)route)
+		return 0;
+	dev_count(dev, UC_path_mtu_refused, 1);
+	if (!atomic_exchange(&told, true)) {
+		char d[64];
+		LOG_ERR("uroce: modify_qp: path MTU %u does not fit the route to %s (IP MTU %d, a packet needs %u): "
+			"EINVAL; use a path MTU up to the port's active_mtu, or a larger link MTU",
+			128u << pm, gid_format(dgid, d, sizeof(d)), route, need);
+	}
+	return EINVAL;
+}
+
 int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 {
 	struct uroce_qp *qp = to_uqp(ibqp);
@@ -321,6 +358,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		goto out;
 	}
 	rc = check_attr_values(qp, a, mask);
+	if (!rc)
+		rc = check_path_mtu(qp, a, mask, next);
 	if (rc)
 		goto out;
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
