@@ -93,6 +93,7 @@ void uroce_fill_ops(struct verbs_context *v)
 	v->get_srq_num = unsup_get_srq_num;
 	v->open_qp = unsup_open_qp;
 	v->advise_mr = uroce_advise_mr;
+	v->alloc_parent_domain = uroce_alloc_parent_domain;
 	v->alloc_dm = uroce_alloc_dm;
 	v->free_dm = uroce_free_dm;
 	v->reg_dm_mr = uroce_reg_dm_mr;

@@ -114,7 +114,8 @@ static enum uroce_mem_verdict mr_check(struct uroce_dev *dev, struct uroce_pd *p
 
 	if (!mr)
 		return MEM_KEY_INVALID;
-	if (to_upd(mr->ibv.pd) != pd)
+	/* between protection domains: a parent domain's is its PD's (obj/pd.c) */
+	if (to_upd(mr->ibv.pd)->protection != pd->protection)
 		return MEM_PD_MISMATCH;
 	if ((mr->access & access) != access)
 		return MEM_ACCESS;

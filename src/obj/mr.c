@@ -26,6 +26,7 @@ struct ibv_pd *uroce_alloc_pd(struct ibv_context *ctx)
 	}
 	pd->ibv.context = ctx;
 	pd->ibv.handle = dev->npd;
+	pd->protection = pd;
 	atomic_init(&pd->refcnt, 0);
 	return &pd->ibv;
 }
@@ -37,6 +38,11 @@ int uroce_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (atomic_load(&pd->refcnt))
 		return EBUSY;
+	if (pd->parent) {   /* obj/pd.c: not one of the device's PDs */
+		atomic_fetch_sub(&pd->protection->refcnt, 1);
+		free(pd);
+		return 0;
+	}
 	pthread_mutex_lock(&dev->lock);
 	dev->npd--;
 	pthread_mutex_unlock(&dev->lock);

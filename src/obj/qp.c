@@ -17,7 +17,7 @@
 
 static void qp_free(struct uroce_qp *qp)
 {
-	free(qp->sq);
+	pd_buf_free(qp->pd, qp->sq, UROCE_RES_QP, qp->sq_custom);
 	free(qp->sq_segs);
 	free(qp->sq_inline);
 	free(qp->resp.res);
@@ -75,7 +75,9 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
 	qp->sq_size = a->cap.max_send_wr ? a->cap.max_send_wr : 1;
-	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
+	qp->pd = to_upd(a->pd);
+	/* the WQE ring from a parent domain's allocator (obj/pd.c) */
+	qp->sq = pd_buf_alloc(qp->pd, (size_t)qp->sq_size * sizeof(*qp->sq), UROCE_RES_QP, &qp->sq_custom);
 	/* one extra segment slot per WQE carries inline data */
 	qp->sq_segs = calloc((size_t)qp->sq_size * (qp->cap.max_send_sge + 1), sizeof(*qp->sq_segs));
 	qp->sq_inline = qp->cap.max_inline_data ? malloc((size_t)qp->sq_size * qp->cap.max_inline_data) : NULL;
@@ -91,7 +93,6 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		goto fail_nomem;
 	}
 	pthread_mutex_init(&qp->lock, NULL);
-	qp->pd = to_upd(a->pd);
 	qp->send_cq = to_ucq(a->send_cq);
 	qp->recv_cq = to_ucq(a->recv_cq);
 	qp->attr.qp_state = IBV_QPS_RESET;
@@ -146,7 +147,7 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 fail_nomem:
 	err = ENOMEM;
 fail:
-	free(qp->sq);
+	pd_buf_free(qp->pd, qp->sq, UROCE_RES_QP, qp->sq_custom);
 	free(qp->sq_segs);
 	free(qp->sq_inline);
 	rq_fini(&qp->rq);

@@ -2862,6 +2862,149 @@ out:
 	fx_close();
 }
 
+/* ------------------------------------------------------------------ */
+/* Group: parent_domain                                                */
+/* ------------------------------------------------------------------ */
+
+static int pdom_allocs, pdom_frees, pdom_default;
+static uint64_t pdom_last_type;
+
+static void *pdom_alloc(struct ibv_pd *pd, void *ctx, size_t size, size_t align, uint64_t type)
+{
+	void *p = NULL;
+
+	(void)pd;
+	if (ctx != &pdom_allocs)
+		return NULL;   /* the pd_context must be handed back */
+	pdom_last_type = type;
+	if (pdom_default)
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size))
+		return NULL;
+	memset(p, 0xee, size);   /* the provider must not rely on zeroed memory */
+	pdom_allocs++;
+	return p;
+}
+
+static void pdom_free(struct ibv_pd *pd, void *ctx, void *p, uint64_t type)
+{
+	(void)pd; (void)ctx; (void)type;
+	pdom_frees++;
+	free(p);
+}
+
+static void d_pd(void *p) { ibv_dealloc_pd(p); }
+
+static void g_parent_domain(void)
+{
+	struct ibv_pd *pd = NULL, *pd2 = NULL, *pdom = NULL;
+	struct ibv_cq *cq = NULL, *cq2 = NULL;
+	struct ibv_cq_ex *cqx = NULL;
+	struct ibv_qp *qp = NULL, *qp2 = NULL;
+	struct ibv_mr *mr = NULL, *mr2 = NULL;
+	struct ibv_parent_domain_init_attr pa;
+
+	if (!fx_open())
+		return;
+	pd = ibv_alloc_pd(F.ctx);
+	pd2 = ibv_alloc_pd(F.ctx);
+	if (!pd || !pd2)
+		goto out;
+	/* mlx5_alloc_parent_domain: a PD, known comp_mask bits, both allocators */
+	memset(&pa, 0, sizeof pa);
+	EXPECT_NULL("pdom_no_pd_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.pd = pd;
+	pa.comp_mask = 1u << 7;
+	EXPECT_NULL("pdom_unknown_comp_mask_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
+	pa.alloc = pdom_alloc;
+	EXPECT_NULL("pdom_alloc_without_free_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.free = pdom_free;
+	pa.comp_mask |= IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+	pa.pd_context = &pdom_allocs;
+	EXPECT_OBJ("pdom_alloc", pdom, ibv_alloc_parent_domain(F.ctx, &pa));
+	if (!pdom)
+		goto out;
+	expect_ret("pdom_pd_busy", EBUSY, ibv_dealloc_pd(pd));
+
+	/* a QP's send queue and a CQ's ring come from the allocator */
+	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	if (!cq || !cq2)
+		goto out;
+	pdom_allocs = pdom_frees = 0;
+	EXPECT_OBJ("pdom_create_qp", qp, mk_qp(pdom, cq, IBV_QPT_RC, NULL));
+	check("pdom_qp_buffer_from_allocator", pdom_allocs == 1 && pdom_last_type == 1,
+	      "expected 1 allocation of type 1 (QP) got %d, last type %llu", pdom_allocs,
+	      (unsigned long long)pdom_last_type);
+	EXPECT_OBJ("pdom_create_qp2", qp2, mk_qp(pdom, cq2, IBV_QPT_RC, NULL));
+	struct ibv_cq_init_attr_ex ca = { .cqe = 16, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = pd };
+	EXPECT_NULL("pdom_cq_ex_plain_pd_einval", ibv_create_cq_ex(F.ctx, &ca), EINVAL, d_cq);
+	ca.parent_domain = pdom;
+	pdom_allocs = 0;
+	EXPECT_OBJ("pdom_cq_ex", cqx, ibv_create_cq_ex(F.ctx, &ca));
+	check("pdom_cq_ring_from_allocator", pdom_allocs == 1 && pdom_last_type == 5,
+	      "expected 1 allocation of type 5 (CQ) got %d, last type %llu", pdom_allocs,
+	      (unsigned long long)pdom_last_type);
+	if (!qp || !qp2 || !cqx)
+		goto out;
+
+	/* protection is the PD's: an MR of the PD serves QPs of its parent
+	 * domain, an MR of another PD does not */
+	mr = reg_buf(pd);
+	mr2 = reg_buf(pd2);
+	if (!mr || !mr2 || odp_rts(qp, qp2)) {
+		fail("pdom_qp_setup", "expected MRs and two connected QPs");
+		goto out;
+	}
+	memset(buf, 0x3c, 128);
+	memset(buf + 4096, 0, 128);
+	expect_wc("pdom_write_mr_of_the_pd", IBV_WC_SUCCESS,
+		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr->rkey));
+	check("pdom_write_data", buf[4096] == 0x3c && buf[4096 + 127] == 0x3c, "expected the bytes written");
+	expect_wc("pdom_write_mr_of_another_pd_rem_access", IBV_WC_REM_ACCESS_ERR,
+		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr2->rkey));
+
+	pdom_frees = 0;
+	expect_ret("pdom_destroy_qp", 0, ibv_destroy_qp(qp));
+	qp = NULL;
+	expect_ret("pdom_destroy_cq_ex", 0, ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
+	cqx = NULL;
+	check("pdom_buffers_freed_by_allocator", pdom_frees == 2, "expected 2 frees got %d", pdom_frees);
+	/* IBV_ALLOCATOR_USE_DEFAULT: the provider's own memory, never handed
+	 * to the application's free */
+	pdom_default = 1;
+	pdom_frees = 0;
+	struct ibv_qp *qp3 = mk_qp(pdom, cq, IBV_QPT_RC, NULL);
+	check("pdom_use_default_qp", qp3 != NULL, "expected a QP got NULL errno %d", errno);
+	if (qp3)
+		ibv_destroy_qp(qp3);
+	check("pdom_use_default_not_freed_by_app", pdom_frees == 0, "expected 0 frees got %d", pdom_frees);
+	pdom_default = 0;
+out:
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (qp2)
+		ibv_destroy_qp(qp2);
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (mr2)
+		ibv_dereg_mr(mr2);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (cq2)
+		ibv_destroy_cq(cq2);
+	if (pdom)
+		expect_ret("pdom_dealloc", 0, ibv_dealloc_pd(pdom));
+	if (pd)
+		expect_ret("pdom_then_pd_dealloc", 0, ibv_dealloc_pd(pd));
+	if (pd2)
+		ibv_dealloc_pd(pd2);
+	fx_close();
+}
+
 struct group {
 	const char *name;
 	void (*fn)(void);
@@ -2883,6 +3026,7 @@ static const struct group groups[] = {
 	{ "ordering", g_ordering },
 	{ "odp", g_odp },
 	{ "dm", g_dm },
+	{ "parent_domain", g_parent_domain },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
