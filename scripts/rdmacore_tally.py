@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from readme_config import table_span
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 HEADING = "### rdma-core's suite: what remains skipped"
@@ -40,7 +42,8 @@ WHY = [
     (r'MW|memory window', 'not built yet: memory windows'),
     (r'Extended CQ', 'not built yet: extended CQs in a parent domain'),
     (r'Parent Domain', 'not built yet: parent domains'),
-    (r"doesn't have net interface", 'not built yet: rdma_cm (the GID has no netdev for librdmacm)'),
+    (r"doesn't have net interface", 'not built yet: rdma_cm; pyverbs looks for the netdev in '
+     '`/sys/class/infiniband/<dev>/device/net/`, a sysfs path a preload cannot provide'),
     (r'imports', 'not built yet: `ibv_import_device` / object import (shared contexts)'),
     (r'[Ss]hared PD|import', 'not built yet: object import'),
 ]
@@ -77,18 +80,7 @@ def table(skips):
 def write_readme(path, rows):
     with open(path, encoding='utf-8') as f:
         lines = f.read().split('\n')
-    try:
-        h = lines.index(HEADING)
-    except ValueError:
-        raise SystemExit(f'rdmacore_tally: no "{HEADING}" heading in {path}')
-    start = h + 1
-    while start < len(lines) and not lines[start].startswith('|'):
-        if lines[start].startswith('#'):
-            raise SystemExit('rdmacore_tally: no table under the heading')
-        start += 1
-    end = start
-    while end < len(lines) and lines[end].startswith('|'):
-        end += 1
+    start, end = table_span(lines, HEADING)
     lines[start:end] = rows
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines))

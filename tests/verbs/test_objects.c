@@ -2584,6 +2584,36 @@ static int odp_rts(struct ibv_qp *qp, struct ibv_qp *peer)
 	return 0;
 }
 
+/* Two RC QPs on pd, each with its own CQ, connected to each other in RTS. */
+struct qp_pair {
+	struct ibv_cq *cq, *cq2;
+	struct ibv_qp *qp, *qp2;
+};
+
+static bool pair_open(struct qp_pair *p, struct ibv_pd *pd, const char *name)
+{
+	memset(p, 0, sizeof *p);
+	p->cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	p->cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	p->qp = p->cq ? mk_qp(pd, p->cq, IBV_QPT_RC, NULL) : NULL;
+	p->qp2 = p->cq2 ? mk_qp(pd, p->cq2, IBV_QPT_RC, NULL) : NULL;
+	return check(name, p->qp && p->qp2 && !odp_rts(p->qp, p->qp2),
+		     "expected two RC QPs connected in RTS (errno %d)", errno);
+}
+
+static void pair_close(struct qp_pair *p)
+{
+	if (p->qp)
+		ibv_destroy_qp(p->qp);
+	if (p->qp2)
+		ibv_destroy_qp(p->qp2);
+	if (p->cq)
+		ibv_destroy_cq(p->cq);
+	if (p->cq2)
+		ibv_destroy_cq(p->cq2);
+	memset(p, 0, sizeof *p);
+}
+
 static void expect_wc(const char *name, int exp, int got)
 {
 	check(name, exp == got, "expected status %d (%s) got %d (%s)", exp, ibv_wc_status_str(exp), got,
@@ -2594,9 +2624,7 @@ static void g_odp(void)
 {
 	struct ibv_device_attr_ex dx;
 	struct ibv_pd *pd = NULL;
-	struct ibv_cq *cq = NULL;
-	struct ibv_qp *qp = NULL, *qp2 = NULL;
-	struct ibv_cq *cq2 = NULL;
+	struct qp_pair P = { 0 };
 	struct ibv_mr *mr = NULL, *ro = NULL, *imr = NULL, *plain = NULL;
 	struct ibv_sge sge;
 	int rc;
@@ -2621,10 +2649,8 @@ static void g_odp(void)
 	      "expected bit 31 (IB_DEVICE_ON_DEMAND_PAGING) in 0x%x", dx.orig_attr.device_cap_flags);
 
 	pd = ibv_alloc_pd(F.ctx);
-	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
-	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
-	if (!pd || !cq || !cq2) {
-		fail("odp_setup", "expected a PD and two CQs");
+	if (!pd) {
+		fail("odp_setup", "expected a PD");
 		goto out;
 	}
 	EXPECT_OBJ("odp_reg_mr_explicit", mr, ibv_reg_mr(pd, buf, sizeof buf, all));
@@ -2694,17 +2720,13 @@ static void g_odp(void)
 	/* Remote accesses through the implicit rkey (a QP connected to
 	 * itself): what is mapped with the permission works, the rest is a
 	 * remote access error and the process survives (hostile-input rule). */
-	EXPECT_OBJ("odp_create_qp", qp, mk_qp(pd, cq, IBV_QPT_RC, NULL));
-	EXPECT_OBJ("odp_create_qp2", qp2, mk_qp(pd, cq2, IBV_QPT_RC, NULL));
-	if (!qp || !qp2)
+	if (!pair_open(&P, pd, "odp_qp_pair"))
 		goto unmap;
+	struct ibv_qp *qp = P.qp, *qp2 = P.qp2;
+	struct ibv_cq *cq = P.cq;
 	uint8_t *src = buf, *dst = buf + 8192;
 	memset(src, 0xab, 256);
 	memset(dst, 0, 256);
-	if (odp_rts(qp, qp2)) {
-		fail("odp_qp_rts", "expected the QP in RTS");
-		goto unmap;
-	}
 	expect_wc("odp_implicit_write_lands", IBV_WC_SUCCESS,
 		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, src, 256, (uintptr_t)dst, imr->rkey));
 	check("odp_implicit_write_data", !memcmp(src, dst, 256), "expected the 256 bytes written at the target");
@@ -2739,12 +2761,7 @@ static void g_odp(void)
 unmap:
 	munmap(none, 2 * pg);
 out:
-	if (qp)
-		ibv_destroy_qp(qp);
-	if (qp2)
-		ibv_destroy_qp(qp2);
-	if (cq2)
-		ibv_destroy_cq(cq2);
+	pair_close(&P);
 	if (plain)
 		ibv_dereg_mr(plain);
 	if (imr)
@@ -2753,8 +2770,6 @@ out:
 		ibv_dereg_mr(ro);
 	if (mr)
 		ibv_dereg_mr(mr);
-	if (cq)
-		ibv_destroy_cq(cq);
 	if (pd)
 		ibv_dealloc_pd(pd);
 	fx_close();
@@ -2772,8 +2787,7 @@ static void g_dm(void)
 	struct ibv_alloc_dm_attr at;
 	struct ibv_dm *dm = NULL;
 	struct ibv_pd *pd = NULL;
-	struct ibv_cq *cq = NULL, *cq2 = NULL;
-	struct ibv_qp *qp = NULL, *qp2 = NULL;
+	struct qp_pair P = { 0 };
 	struct ibv_mr *dmr = NULL, *mr = NULL;
 	uint8_t out[256], in[256];
 
@@ -2825,34 +2839,21 @@ static void g_dm(void)
 	expect_ret("dm_free_with_mr_ebusy", EBUSY, ibv_free_dm(dm));
 
 	/* a remote WRITE lands in the DM: the MR's address 0 is DM offset 64 */
-	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
-	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
 	mr = reg_buf(pd);
-	qp = cq ? mk_qp(pd, cq, IBV_QPT_RC, NULL) : NULL;
-	qp2 = cq2 ? mk_qp(pd, cq2, IBV_QPT_RC, NULL) : NULL;
-	if (!mr || !qp || !qp2 || odp_rts(qp, qp2)) {
-		fail("dm_qp_setup", "expected two connected RC QPs");
+	if (!pair_open(&P, pd, "dm_qp_pair") || !mr)
 		goto out;
-	}
 	for (int i = 0; i < 256; i++)
 		buf[i] = (uint8_t)(0xc3 ^ i);
-	expect_wc("dm_remote_write", IBV_WC_SUCCESS, odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 16, dmr->rkey));
+	expect_wc("dm_remote_write", IBV_WC_SUCCESS, odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 16, dmr->rkey));
 	memset(in, 0, sizeof in);
 	ibv_memcpy_from_dm(in, dm, 64 + 16, 256);
 	check("dm_remote_write_data", !memcmp(in, buf, 256), "expected the written bytes at DM offset 80");
 	expect_wc("dm_remote_write_past_mr_rem_access", IBV_WC_REM_ACCESS_ERR,
-		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 4096 - 128, dmr->rkey));
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 4096 - 128, dmr->rkey));
 out:
-	if (qp)
-		ibv_destroy_qp(qp);
-	if (qp2)
-		ibv_destroy_qp(qp2);
+	pair_close(&P);
 	if (mr)
 		ibv_dereg_mr(mr);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (cq2)
-		ibv_destroy_cq(cq2);
 	if (dmr)
 		expect_ret("dm_dereg_mr", 0, ibv_dereg_mr(dmr));
 	if (dm)
@@ -2898,9 +2899,8 @@ static void d_pd(void *p) { ibv_dealloc_pd(p); }
 static void g_parent_domain(void)
 {
 	struct ibv_pd *pd = NULL, *pd2 = NULL, *pdom = NULL;
-	struct ibv_cq *cq = NULL, *cq2 = NULL;
+	struct qp_pair P = { 0 };
 	struct ibv_cq_ex *cqx = NULL;
-	struct ibv_qp *qp = NULL, *qp2 = NULL;
 	struct ibv_mr *mr = NULL, *mr2 = NULL;
 	struct ibv_parent_domain_init_attr pa;
 
@@ -2928,16 +2928,14 @@ static void g_parent_domain(void)
 	expect_ret("pdom_pd_busy", EBUSY, ibv_dealloc_pd(pd));
 
 	/* a QP's send queue and a CQ's ring come from the allocator */
-	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
-	cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
-	if (!cq || !cq2)
-		goto out;
 	pdom_allocs = pdom_frees = 0;
-	EXPECT_OBJ("pdom_create_qp", qp, mk_qp(pdom, cq, IBV_QPT_RC, NULL));
-	check("pdom_qp_buffer_from_allocator", pdom_allocs == 1 && pdom_last_type == 1,
-	      "expected 1 allocation of type 1 (QP) got %d, last type %llu", pdom_allocs,
+	mr = reg_buf(pd);
+	mr2 = reg_buf(pd2);
+	if (!pair_open(&P, pdom, "pdom_qp_pair") || !mr || !mr2)
+		goto out;
+	check("pdom_qp_buffers_from_allocator", pdom_allocs == 2 && pdom_last_type == 1,
+	      "expected 2 allocations of type 1 (QP) got %d, last type %llu", pdom_allocs,
 	      (unsigned long long)pdom_last_type);
-	EXPECT_OBJ("pdom_create_qp2", qp2, mk_qp(pdom, cq2, IBV_QPT_RC, NULL));
 	struct ibv_cq_init_attr_ex ca = { .cqe = 16, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = pd };
 	EXPECT_NULL("pdom_cq_ex_plain_pd_einval", ibv_create_cq_ex(F.ctx, &ca), EINVAL, d_cq);
 	ca.parent_domain = pdom;
@@ -2946,28 +2944,22 @@ static void g_parent_domain(void)
 	check("pdom_cq_ring_from_allocator", pdom_allocs == 1 && pdom_last_type == 5,
 	      "expected 1 allocation of type 5 (CQ) got %d, last type %llu", pdom_allocs,
 	      (unsigned long long)pdom_last_type);
-	if (!qp || !qp2 || !cqx)
+	if (!cqx)
 		goto out;
 
 	/* protection is the PD's: an MR of the PD serves QPs of its parent
 	 * domain, an MR of another PD does not */
-	mr = reg_buf(pd);
-	mr2 = reg_buf(pd2);
-	if (!mr || !mr2 || odp_rts(qp, qp2)) {
-		fail("pdom_qp_setup", "expected MRs and two connected QPs");
-		goto out;
-	}
 	memset(buf, 0x3c, 128);
 	memset(buf + 4096, 0, 128);
 	expect_wc("pdom_write_mr_of_the_pd", IBV_WC_SUCCESS,
-		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr->rkey));
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr->rkey));
 	check("pdom_write_data", buf[4096] == 0x3c && buf[4096 + 127] == 0x3c, "expected the bytes written");
 	expect_wc("pdom_write_mr_of_another_pd_rem_access", IBV_WC_REM_ACCESS_ERR,
-		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr2->rkey));
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr2->rkey));
 
 	pdom_frees = 0;
-	expect_ret("pdom_destroy_qp", 0, ibv_destroy_qp(qp));
-	qp = NULL;
+	expect_ret("pdom_destroy_qp", 0, ibv_destroy_qp(P.qp));
+	P.qp = NULL;
 	expect_ret("pdom_destroy_cq_ex", 0, ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
 	cqx = NULL;
 	check("pdom_buffers_freed_by_allocator", pdom_frees == 2, "expected 2 frees got %d", pdom_frees);
@@ -2975,27 +2967,20 @@ static void g_parent_domain(void)
 	 * to the application's free */
 	pdom_default = 1;
 	pdom_frees = 0;
-	struct ibv_qp *qp3 = mk_qp(pdom, cq, IBV_QPT_RC, NULL);
+	struct ibv_qp *qp3 = mk_qp(pdom, P.cq, IBV_QPT_RC, NULL);
 	check("pdom_use_default_qp", qp3 != NULL, "expected a QP got NULL errno %d", errno);
 	if (qp3)
 		ibv_destroy_qp(qp3);
 	check("pdom_use_default_not_freed_by_app", pdom_frees == 0, "expected 0 frees got %d", pdom_frees);
 	pdom_default = 0;
 out:
-	if (qp)
-		ibv_destroy_qp(qp);
-	if (qp2)
-		ibv_destroy_qp(qp2);
+	pair_close(&P);
 	if (cqx)
 		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
 	if (mr)
 		ibv_dereg_mr(mr);
 	if (mr2)
 		ibv_dereg_mr(mr2);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (cq2)
-		ibv_destroy_cq(cq2);
 	if (pdom)
 		expect_ret("pdom_dealloc", 0, ibv_dealloc_pd(pdom));
 	if (pd)
