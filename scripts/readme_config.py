@@ -19,12 +19,13 @@ import sys
 HEADING = '## Configuration (environment)'
 
 
-def table_span(lines):
-    """[start, end) of the table's lines under HEADING."""
+def table_span(lines, heading=HEADING):
+    """[start, end) of the table's lines under heading (scripts/rdmacore_tally.py
+    uses it for its table too)."""
     try:
-        h = lines.index(HEADING)
+        h = lines.index(heading)
     except ValueError:
-        raise SystemExit(f'readme_config: no "{HEADING}" heading')
+        raise SystemExit(f'readme_config: no "{heading}" heading')
     start = h + 1
     while start < len(lines) and not lines[start].startswith('|'):
         if lines[start].startswith('#'):

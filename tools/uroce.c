@@ -247,10 +247,11 @@ static int cmd_info_preloaded(void)
 	printf("limits        max_qp %d, max_qp_wr %d, max_sge %d, max_cqe %d, max_mr %d, max_qp_rd_atom %d\n",
 	       da.max_qp, da.max_qp_wr, da.max_sge, da.max_cqe, da.max_mr, da.max_qp_rd_atom);
 	for (int i = 0; i < pa.gid_tbl_len; i++) {
-		union ibv_gid g;
+		struct ibv_gid_entry g;
 		char a[64];
-		if (ibv_query_gid(ctx, 1, i, &g) == 0)
-			printf("gid[%d]        %s  (RoCE v2, this process)\n", i, gid_str(g.raw, a, sizeof(a)));
+		/* the table's empty slots answer ENODATA */
+		if (ibv_query_gid_ex(ctx, 1, (uint32_t)i, &g, 0) == 0)
+			printf("gid[%d]        %s  (RoCE v2, this process)\n", i, gid_str(g.gid.raw, a, sizeof(a)));
 	}
 	printf("settings\n");
 	for (size_t i = 0; i < NSETTINGS; i++) {

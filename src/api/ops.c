@@ -51,4 +51,9 @@ void uroce_fill_ops(struct verbs_context *v)
 	v->close_xrcd = uroce_close_xrcd;
 	v->get_srq_num = uroce_get_srq_num;
 	v->open_qp = uroce_open_qp;
+	v->advise_mr = uroce_advise_mr;
+	v->alloc_parent_domain = uroce_alloc_parent_domain;
+	v->alloc_dm = uroce_alloc_dm;
+	v->free_dm = uroce_free_dm;
+	v->reg_dm_mr = uroce_reg_dm_mr;
 }

@@ -14,6 +14,20 @@ __be64 uroce_node_guid(void)
 
 #define UROCE_DEVICE_CAP_ATOMIC_WRITE (1ULL << 40)
 
+/* The kernel's IB_DEVICE_ON_DEMAND_PAGING (ib_verbs.h: 1ULL << 31), which
+ * mlx5 sets with ODP and libibverbs' enum does not name. */
+#define UROCE_DEVICE_ON_DEMAND_PAGING (1u << 31)
+
+/* ODP per transport: memory in a user-space NIC is always on demand (nothing
+ * is pinned, mem.c checks each access against the mapping), so every
+ * operation of a transport uroce carries is ODP-capable on it: RC and XRC
+ * (XRC shares RC's responder) everything, UC no READ/atomics, UD send and
+ * receive.  IBV_ODP_SUPPORT_IMPLICIT: ibv_reg_mr(NULL, SIZE_MAX). */
+#define ODP_RC (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | \
+		IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV)
+#define ODP_UC (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV)
+#define ODP_UD (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV)
+
 static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 {
 	(void)dev;
@@ -30,7 +44,8 @@ static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 	a->max_qp_wr = UROCE_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
 			      IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE * 0 |
-			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
+			      IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC |
+			      UROCE_DEVICE_ON_DEMAND_PAGING;
 	a->max_sge = UROCE_MAX_SGE;
 	a->max_sge_rd = UROCE_MAX_SGE;
 	a->max_cq = UROCE_MAX_CQ;
@@ -72,6 +87,12 @@ int uroce_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device
 	 * uAPI's IB_UVERBS_DEVICE_ATOMIC_WRITE (ib_user_verbs.h, Linux 6.2;
 	 * Debian 12's headers predate it), where rxe reports it */
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | UROCE_DEVICE_CAP_ATOMIC_WRITE;
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	a.odp_caps.per_transport_caps.rc_odp_caps = ODP_RC;
+	a.odp_caps.per_transport_caps.uc_odp_caps = ODP_UC;
+	a.odp_caps.per_transport_caps.ud_odp_caps = ODP_UD;
+	a.xrc_odp_caps = ODP_RC;
+	a.max_dm_size = UROCE_MAX_DM;   /* obj/dm.c */
 	a.phys_port_cnt_ex = 1;
 	a.max_wq_type_rq = 0;
 	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
@@ -89,7 +110,7 @@ int uroce_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr
 	a.state = IBV_PORT_ACTIVE;
 	a.max_mtu = IBV_MTU_4096;
 	a.active_mtu = dev->cfg.active_mtu;
-	a.gid_tbl_len = dev->cfg.ngids;
+	a.gid_tbl_len = UROCE_GID_TBL_LEN;
 	a.port_cap_flags = 0;
 	a.max_msg_sz = UROCE_MAX_MSG;
 	a.pkey_tbl_len = 1;

@@ -142,15 +142,33 @@ EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_
 	return uroce_query_port(ctx, port, (struct ibv_port_attr *)attr, sizeof(struct ibv_port_attr));
 }
 
+/* The GID table has UROCE_GID_TBL_LEN slots, as rxe's, and only the
+ * configured addresses fill it.  The kernel's rdma_get_gid_attr answers
+ * EINVAL past the table and ENODATA for an empty slot; libibverbs'
+ * ibv_query_gid turns ENODATA into the zero GID and success ("preserve API
+ * behavior for empty GID"), and ibv_query_gid_table lists valid entries
+ * only.  So a program that walks the table (perftest, ibv_devinfo) sees
+ * what it sees on rxe. */
+static int gid_slot(struct uroce_dev *dev, uint32_t port, uint32_t index)
+{
+	if (port != 1 || index >= UROCE_GID_TBL_LEN)
+		return EINVAL;
+	return index < (uint32_t)dev->cfg.ngids ? 0 : ENODATA;
+}
+
 EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
 	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	int rc = index < 0 ? EINVAL : gid_slot(dev, port, (uint32_t)index);
 
-	if (port != 1 || index < 0 || index >= dev->cfg.ngids) {
+	if (rc == EINVAL) {
 		errno = EINVAL;
 		return -1;
 	}
-	memcpy(gid->raw, dev->cfg.gids[index], 16);
+	if (rc == ENODATA)
+		memset(gid->raw, 0, 16);
+	else
+		memcpy(gid->raw, dev->cfg.gids[index], 16);
 	return 0;
 }
 
@@ -159,11 +177,12 @@ EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 {
 	struct uroce_dev *dev = to_uctx(ctx)->dev;
 	struct ibv_gid_entry e;
+	int rc;
 
-	if (flags || port != 1 || entry_size < sizeof(e.gid))
+	if (flags || entry_size < sizeof(e.gid))
 		return EINVAL;
-	if (index >= (uint32_t)dev->cfg.ngids)
-		return EINVAL; /* past the table (rdma_get_gid_attr); ENODATA is for empty slots */
+	if ((rc = gid_slot(dev, port, index)))
+		return rc;
 	memset(&e, 0, sizeof(e));
 	memcpy(e.gid.raw, dev->cfg.gids[index], 16);
 	e.gid_index = index;
@@ -192,13 +211,16 @@ EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entr
 	return (ssize_t)n;
 }
 
-/* IBVERBS_PRIVATE_34: its enum differs from ibv_gid_entry's (1 = RoCE v2). */
+/* IBVERBS_PRIVATE_34: its enum differs from ibv_gid_entry's (1 = RoCE v2).
+ * libibverbs reads sysfs gid_attrs/types/N, which the kernel fails for an
+ * empty slot (ENODATA); libibverbs then answers -1 with errno EFAULT. */
 EXPORT int ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, unsigned int index, int *type)
 {
 	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	int rc = gid_slot(dev, port, index);
 
-	if (port != 1 || index >= (unsigned)dev->cfg.ngids) {
-		errno = EINVAL;
+	if (rc) {
+		errno = rc == ENODATA ? EFAULT : EINVAL;
 		return -1;
 	}
 	*type = 1; /* IBV_GID_TYPE_SYSFS_ROCE_V2 */
@@ -391,9 +413,14 @@ EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	struct uroce_dev *dev = to_uctx(pd->context)->dev;
 	struct uroce_ah *ah;
 
-	/* RoCE routes by GRH only: a non-global AH is refused (verbs-abi.md) */
-	if (!attr->is_global || attr->grh.sgid_index >= dev->cfg.ngids || (attr->port_num && attr->port_num != 1)) {
+	/* RoCE routes by GRH only: a non-global AH is refused (verbs-abi.md);
+	 * an sgid_index of an empty slot is rdma_get_gid_attr's ENODATA */
+	if (!attr->is_global || (attr->port_num && attr->port_num != 1)) {
 		errno = EINVAL;
+		return NULL;
+	}
+	if (attr->grh.sgid_index >= dev->cfg.ngids) {
+		errno = ENODATA;
 		return NULL;
 	}
 	ah = calloc(1, sizeof(*ah));

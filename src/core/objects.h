@@ -47,7 +47,17 @@ struct uroce_mr {
 	uint64_t length;
 	unsigned access;
 	atomic_uint nmw;      /* memory windows bound to it (mem/mw.c) */
+	struct uroce_dm *dm;  /* the device memory of an ibv_reg_dm_mr MR (obj/dm.c) */
 };
+
+/* Device memory (ibv_alloc_dm): memory the NIC owns, here the library's. */
+struct uroce_dm {
+	struct ibv_dm ibv;
+	uint8_t *mem;
+	uint64_t length;
+	atomic_uint refcnt;   /* MRs registered on it */
+};
+static inline struct uroce_dm *to_udm(struct ibv_dm *d) { return container_of(d, struct uroce_dm, ibv); }
 
 
 /* ---------------------------------------------------------------- CQ ---- */
@@ -64,6 +74,7 @@ struct uroce_cq {
 	pthread_spinlock_t lock;
 	struct ibv_wc *ring;
 	uint32_t size;                /* entries in ring (power of 2) */
+	struct uroce_pd *pdom;        /* the parent domain whose allocator gave ring, or NULL */
 	uint32_t head, tail;          /* tail: next to poll; head: next to fill */
 	enum { CQ_ARM_NONE, CQ_ARM_SOLICITED, CQ_ARM_ALL } armed;
 	int refcnt;                   /* QPs / SRQs using it */
@@ -262,6 +273,7 @@ struct uroce_qp {
 
 	/* ---- the send queue (sq/post.c fills it, the requester drains it) */
 	struct uroce_send_wqe *sq;
+	bool sq_custom;             /* sq came from its parent domain's allocator (obj/pd.c) */
 	struct uroce_sge *sq_sges;  /* max_sge per WQE */
 	uint8_t *sq_inline;         /* max_inline bytes per WQE */
 	uint32_t sq_size;
@@ -324,7 +336,12 @@ static inline void qp_timers_off(struct uroce_qp *qp)
 
 struct uroce_pd {
 	struct ibv_pd ibv;
-	atomic_int refcnt;            /* MRs, QPs, AHs, SRQs, MWs */
+	atomic_int refcnt;            /* MRs, QPs, AHs, SRQs, MWs (a PD: and its parent domains) */
+	/* Protection is checked between protection domains: a PD's is itself,
+	 * a parent domain's the PD it was made on (obj/pd.c). */
+	struct uroce_pd *protection;
+	bool parent;                  /* a parent domain (ibv_alloc_parent_domain) */
+	struct ibv_parent_domain_init_attr pa;   /* its allocators and pd_context */
 };
 
 struct uroce_context {

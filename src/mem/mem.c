@@ -1,6 +1,14 @@
 #include "mem.h"
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23
+#endif
 
 const struct uroce_mem_verdict_info uroce_mem_verdicts[] = {
 #define X(n, nak, wc, rnak) [n] = { #n, nak, wc, rnak },
@@ -79,21 +87,66 @@ static bool range_ok(const struct uroce_mr *mr, uint64_t va, uint64_t len)
 	return va >= mr->iova && len <= mr->length && va - mr->iova <= mr->length - len;
 }
 
+/* The kernel walks the page tables and answers for them: ENOMEM for a
+ * hole, EINVAL for a mapping without the permission (PROT_NONE guard pages,
+ * read-only text for a write) or one that cannot be faulted (VM_IO), EFAULT
+ * where the access would raise SIGBUS/SIGSEGV (a file mapping past its end)
+ * -- so a range a remote names is checked without touching it, and no
+ * signal handler is needed (madvise(2), MADV_POPULATE_READ/WRITE).  A
+ * populated range costs one page-table walk; anonymous memory a write
+ * faults in is allocated, as the write itself would. */
+bool mem_populate(const void *addr, uint64_t len, bool write)
+{
+	static long page;
+	if (!page)
+		page = sysconf(_SC_PAGESIZE);
+	if (!len)
+		return true;
+	uintptr_t a = (uintptr_t)addr, start = a & ~(uintptr_t)(page - 1);
+	if (len > UINTPTR_MAX - a)
+		return false;
+	uintptr_t end = a + (uintptr_t)len;
+	int rc;
+	do
+		rc = madvise((void *)start, end - start, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+	while (rc && errno == EINTR);
+	return rc == 0;
+}
+
 /* The one memory check: key, protection domain, access, bounds, each with
- * its named verdict (UROCE_MEM_VERDICTS says what each means). */
+ * its named verdict (UROCE_MEM_VERDICTS says what each means).
+ *
+ * An ODP MR (IBV_ACCESS_ON_DEMAND) pins nothing and promises nothing about
+ * what is mapped: an implicit one spans the whole address space, and an
+ * explicit one may be unmapped and mapped again after registration.  So
+ * every access through one is checked against the process's mapping at
+ * the moment of the access, as an ODP NIC's page fault is, and a hole or a
+ * page without the permission is the verdict MEM_UNMAPPED (a remote access
+ * error NAK, as mlx5 answers a page fault it cannot resolve).  A remote
+ * peer thus cannot make the process touch unmapped memory.  (The
+ * application unmapping a range while a packet is being placed in it is
+ * the application's race, as for any MR.) */
 static enum uroce_mem_verdict mr_check(struct uroce_dev *dev, struct uroce_pd *pd, uint32_t key, uint64_t va,
 				       uint64_t len, unsigned access, struct uroce_mr **out)
 {
+	bool probe = !(access & MEM_CHECK_NO_PROBE);
+	access &= ~MEM_CHECK_NO_PROBE;
 	struct uroce_mr *mr = mr_get(dev, key);
 
 	if (!mr)
 		return MEM_KEY_INVALID;
-	if (to_upd(mr->ibv.pd) != pd)
+	/* between protection domains: a parent domain's is its PD's (obj/pd.c);
+	 * no PD (an XRC TGT QP's own) matches none */
+	if (!pd || to_upd(mr->ibv.pd)->protection != pd->protection)
 		return MEM_PD_MISMATCH;
 	if ((mr->access & access) != access)
 		return MEM_ACCESS;
 	if (!range_ok(mr, va, len))
 		return MEM_BOUNDS;
+	if (probe && (mr->access & IBV_ACCESS_ON_DEMAND) &&
+	    !mem_populate(mr_host(mr, va), len,
+			  access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)))
+		return MEM_UNMAPPED;
 	*out = mr;
 	return MEM_OK;
 }

@@ -42,7 +42,8 @@
 	X(MEM_PD_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
 	X(MEM_ACCESS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
 	X(MEM_BOUNDS, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) \
-	X(MEM_QP_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) /* a type 2 window of another QP */
+	X(MEM_QP_MISMATCH, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) /* a type 2 window of another QP */ \
+	X(MEM_UNMAPPED, AETH_NAK_REM_ACCESS, IBV_WC_LOC_PROT_ERR, AETH_NAK_REM_OP) /* ODP: not mapped with that permission now */
 
 enum uroce_mem_verdict {
 #define X(name, nak, wc, rnak) name,
@@ -109,10 +110,30 @@ enum uroce_mem_verdict mem_sge_resolve(struct uroce_dev *dev, struct uroce_pd *p
  * unless every SGE they touch passes. */
 enum uroce_mem_verdict mem_sge_copy_to(struct uroce_dev *dev, struct uroce_pd *pd, const struct uroce_sge *sge,
 				       uint32_t nsge, uint32_t off, const uint8_t *src, uint32_t len);
+/* In integers: an implicit ODP MR has host NULL and iova 0, and an offset
+ * from a null pointer is undefined behaviour. */
 static inline uint8_t *mr_host(const struct uroce_mr *mr, uint64_t va)
 {
-	return mr->host + (va - mr->iova);
+	return (uint8_t *)((uintptr_t)mr->host + (uintptr_t)(va - mr->iova));
 }
+
+/* An access modifier for mr_check_remote: key, PD, access and bounds only,
+ * no look at the mapping (a WRITE's first packet checks the whole message's
+ * range, and its packets are each checked with the mapping as they land,
+ * so one request cannot make the responder fault in gigabytes). */
+#define MEM_CHECK_NO_PROBE (1u << 31)
+
+/* An implicit ODP MR (ibv_reg_mr(3): addr NULL, length SIZE_MAX with
+ * IBV_ACCESS_ON_DEMAND): its keys cover the whole address space. */
+static inline bool mr_is_implicit(const void *addr, size_t length, unsigned access)
+{
+	return !addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND);
+}
+
+/* Whether [addr, addr+len) is mapped with read (or, with `write`, write)
+ * permission now, faulting its pages in as a write (or read) would: what
+ * an ODP MR's page fault does (ibv_advise_mr's prefetch uses it too). */
+bool mem_populate(const void *addr, uint64_t len, bool write);
 
 /* over resolved segments: iovecs for `len` bytes at offset `off`; returns the iovec count used */
 int seg_iov(const struct uroce_seg *seg, uint32_t nseg, uint32_t off, uint32_t len, struct iovec *iov, int max);

@@ -150,15 +150,17 @@ static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_pd *pd,
 				       uint64_t va, uint64_t len, unsigned access, struct uroce_mr **out)
 {
 	enum uroce_mem_verdict v = MEM_OK;
-	bool zb;
+	bool zb, probe = !(access & MEM_CHECK_NO_PROBE);
 	struct uroce_mr *mr;
+
+	access &= ~MEM_CHECK_NO_PROBE;
 
 	pthread_spin_lock(&mw->lock);
 	zb = mw->access & IBV_ACCESS_ZERO_BASED;
 	mr = mw->mr ? mr_get(qp->dev, mw->mr_lkey) : NULL;
 	if (mw->key != rkey || mw->state != MW_VALID || !mw->length || mr != mw->mr || !mr)
 		v = MEM_KEY_INVALID;            /* unbound, invalidated, or a key of before */
-	else if (to_upd(mw->ibv.pd) != pd)
+	else if (!pd || to_upd(mw->ibv.pd)->protection != pd->protection)  /* as mem.c's MR check */
 		v = MEM_PD_MISMATCH;
 	else if (mw->ibv.type == IBV_MW_TYPE_2 && (mw->qp != qp || mw->qpn != qp->qpn))
 		v = MEM_QP_MISMATCH;            /* IBA 10.6.7.2.4: type 2 works through its QP only */
@@ -177,6 +179,11 @@ static enum uroce_mem_verdict mw_check(struct uroce_qp *qp, struct uroce_pd *pd,
 			v = MEM_BOUNDS;
 	}
 	pthread_spin_unlock(&mw->lock);
+	/* a window on an ODP MR: the mapping is checked as for the MR itself
+	 * (mem.c mr_check), so a peer cannot make the responder touch a hole */
+	if (v == MEM_OK && probe && (mw->view.access & IBV_ACCESS_ON_DEMAND || (mr->access & IBV_ACCESS_ON_DEMAND)) &&
+	    !mem_populate(mr_host(&mw->view, va), len, access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)))
+		v = MEM_UNMAPPED;
 	if (v == MEM_OK)
 		*out = &mw->view;
 	return v;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../wire/hdr.h"
+#include "../wire/ip.h"
 
 /* While a ring is busy an empty receive call reads the rings alone (tens of
  * ns) and the sockets (0.3-1 us) every SOCKET_EVERY-th time: a UDP peer's
@@ -170,6 +171,21 @@ static void ring_doorbell(struct uroce_net *net, struct uroce_flow *flow, const 
 		UROCE_COUNT(net->stats, UC_tx_errors, 1);
 }
 
+/* The route refused a packet as larger than its MTU (DF is set, §1.2):
+ * modify_qp checks the path MTU against the route (obj/qp.c), so the route
+ * changed since, or an interface's MTU did.  Counted, and said once: the
+ * transport retransmits it until retry_cnt runs out, as a lost packet. */
+static void tx_too_big(struct uroce_net *net, const struct uroce_txmsg *m, const uint8_t dgid[16])
+{
+	static atomic_bool told;
+	char d[64];
+
+	UROCE_COUNT(net->stats, UC_tx_too_big, 1);
+	if (!atomic_exchange(&told, true))
+		LOG_ERR("uroce: a %u-byte packet to %s is larger than the route's MTU (EMSGSIZE): the QP's path "
+			"MTU does not fit the link", m->len, gid_format(dgid, d, sizeof(d)));
+}
+
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
 {
@@ -191,6 +207,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		ring_doorbell(net, flow, dgid);
 	if (sent < 0) {
 		UROCE_COUNT(net->stats, UC_tx_errors, 1);
+		if (sent == -EMSGSIZE)
+			tx_too_big(net, msgs, dgid);
 		return sent;
 	}
 	for (int i = 0; i < sent; i++)

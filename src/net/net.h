@@ -149,6 +149,11 @@ void net_destroy(struct uroce_net *net);
 /* On a ring when peer (NULL for UD) has a live region in this namespace
  * and rings are on, else by UDP, for the flow's life: its packets to the
  * peer keep their order on one path (a packet to another GID goes by UDP). */
+/* The MTU of the route from sgid to dgid (IP_MTU / IPV6_MTU of a probe
+ * socket bound to sgid and connected to dgid: the outgoing interface's MTU
+ * or a smaller path MTU the kernel learned), or -errno when there is no
+ * route.  Path MTUs are checked against it at RTR (obj/qp.c). */
+int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16]);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);

@@ -118,6 +118,26 @@ static void sockaddr_to_gid(const struct sockaddr_storage *ss, uint8_t gid[16], 
 	}
 }
 
+int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16])
+{
+	struct sockaddr_storage src, dst;
+	socklen_t sl, dl;
+	bool v4 = gid_is_ipv4(sgid);
+	int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int mtu = 0, rc = 0;
+	socklen_t ml = sizeof(mtu);
+
+	if (fd < 0)
+		return -errno;
+	gid_to_sockaddr(sgid, 0, &src, &sl);
+	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &dst, &dl);
+	if (bind(fd, (struct sockaddr *)&src, sl) < 0 || connect(fd, (struct sockaddr *)&dst, dl) < 0 ||
+	    getsockopt(fd, v4 ? IPPROTO_IP : IPPROTO_IPV6, v4 ? IP_MTU : IPV6_MTU, &mtu, &ml) < 0)
+		rc = -errno;
+	close(fd);
+	return rc ? rc : mtu;
+}
+
 static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 {
 	struct sockaddr_storage ss;

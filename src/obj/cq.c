@@ -141,6 +141,16 @@ struct ibv_cq_ex *uroce_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init
 		errno = EINVAL;
 		return NULL;
 	}
+	/* mlx5_create_cq_ex: MASK_PD names a parent domain, whose allocator
+	 * gives the ring (obj/pd.c) */
+	struct uroce_pd *pdom = NULL;
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		if (!attr->parent_domain || attr->parent_domain->context != ctx || !to_upd(attr->parent_domain)->parent) {
+			errno = EINVAL;
+			return NULL;
+		}
+		pdom = to_upd(attr->parent_domain);
+	}
 	pthread_mutex_lock(&dev->lock);
 	if (dev->ncq >= UROCE_MAX_CQ) {
 		pthread_mutex_unlock(&dev->lock);
@@ -152,7 +162,8 @@ struct ibv_cq_ex *uroce_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init
 	while (size < attr->cqe + 1)
 		size <<= 1;
 	cq = calloc(1, sizeof(*cq));
-	if (!cq || !(cq->ring = calloc(size, sizeof(struct ibv_wc)))) {
+	bool custom = false;
+	if (!cq || !(cq->ring = pd_buf_alloc(pdom, size * sizeof(struct ibv_wc), UROCE_RES_CQ, &custom))) {
 		free(cq);
 		pthread_mutex_lock(&dev->lock);
 		dev->ncq--;
@@ -162,6 +173,10 @@ struct ibv_cq_ex *uroce_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init
 	}
 	cq->size = size;
 	cq->dev = dev;
+	if (custom) {
+		cq->pdom = pdom;
+		atomic_fetch_add(&pdom->refcnt, 1);
+	}
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	cq->ibv.context = ctx;
 	cq->ibv.channel = attr->channel;
@@ -248,7 +263,9 @@ int uroce_destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_lock(&dev->rx_lock);
 	pthread_mutex_unlock(&dev->rx_lock);
 	pthread_spin_destroy(&cq->lock);
-	free(cq->ring);
+	pd_buf_free(cq->pdom, cq->ring, UROCE_RES_CQ, cq->pdom != NULL);
+	if (cq->pdom)
+		atomic_fetch_sub(&cq->pdom->refcnt, 1);
 	free(cq);
 	return 0;
 }
@@ -262,14 +279,21 @@ int uroce_resize_cq(struct ibv_cq *ibcq, int cqe)
 		return EINVAL;
 	while (size < (uint32_t)cqe + 1)
 		size <<= 1;
-	struct ibv_wc *ring = calloc(size, sizeof(*ring));
+	bool custom = false;
+	struct ibv_wc *ring = pd_buf_alloc(cq->pdom, size * sizeof(*ring), UROCE_RES_CQ, &custom);
 	if (!ring)
 		return ENOMEM;
+	/* one ring of the allocator's and one of calloc's would need two
+	 * owners: a default answer to a resize keeps the allocator's type */
+	if (custom != (cq->pdom != NULL)) {
+		pd_buf_free(cq->pdom, ring, UROCE_RES_CQ, custom);
+		return ENOMEM;
+	}
 	pthread_spin_lock(&cq->lock);
 	uint32_t n = cq->head - cq->tail;
 	if (n > size - 1) {
 		pthread_spin_unlock(&cq->lock);
-		free(ring);
+		pd_buf_free(cq->pdom, ring, UROCE_RES_CQ, custom);
 		return EINVAL;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -281,7 +305,7 @@ int uroce_resize_cq(struct ibv_cq *ibcq, int cqe)
 	cq->head = n;
 	cq->ibv.cqe = (int)(size - 1);
 	pthread_spin_unlock(&cq->lock);
-	free(old);
+	pd_buf_free(cq->pdom, old, UROCE_RES_CQ, custom);
 	return 0;
 }
 

@@ -26,6 +26,7 @@ struct ibv_pd *uroce_alloc_pd(struct ibv_context *ctx)
 	}
 	pd->ibv.context = ctx;
 	pd->ibv.handle = dev->npd;
+	pd->protection = pd;
 	atomic_init(&pd->refcnt, 0);
 	return &pd->ibv;
 }
@@ -37,6 +38,11 @@ int uroce_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (atomic_load(&pd->refcnt))
 		return EBUSY;
+	if (pd->parent) {   /* obj/pd.c: not one of the device's PDs */
+		atomic_fetch_sub(&pd->protection->refcnt, 1);
+		free(pd);
+		return 0;
+	}
 	pthread_mutex_lock(&dev->lock);
 	dev->npd--;
 	pthread_mutex_unlock(&dev->lock);
@@ -71,7 +77,15 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	/* ib_uverbs_reg_mr: the iova keeps the address's offset in its page */
 	if (!rc && !(access & IBV_ACCESS_ZERO_BASED) && ((iova ^ (uintptr_t)addr) & 4095))
 		rc = EINVAL;
-	if (rc || length == 0 || length > (1ull << 40) || (access & IBV_ACCESS_ON_DEMAND)) {
+	/* ODP (IBV_ACCESS_ON_DEMAND): all of uroce's memory is on demand, as
+	 * nothing is pinned, so an ODP MR is an ordinary one whose accesses are
+	 * checked against the mapping (mem.c, mr_check).  The implicit one
+	 * (ibv_reg_mr(3)) covers the whole address space from iova 0, and
+	 * mlx5 refuses it with any other iova. */
+	bool implicit = mr_is_implicit(addr, length, access);
+	if (implicit && iova)
+		rc = EINVAL;
+	if (rc || length == 0 || (length > (1ull << 40) && !implicit)) {
 		errno = rc ? rc : EINVAL;
 		return NULL;
 	}
@@ -97,7 +111,7 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
 	mr->ibv.lkey = mr->ibv.rkey = key;
 	mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
 	mr->host = addr;
-	mr->length = length;
+	mr->length = implicit ? UINT64_MAX : length;
 	mr->access = access;
 	mem_mr_publish(mr);
 	pthread_mutex_unlock(&dev->rx_lock);
@@ -149,10 +163,57 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 	mr_unpublish_fenced(dev, mr);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
+	if (mr->dm)
+		atomic_fetch_sub(&mr->dm->refcnt, 1);
 	pthread_mutex_lock(&dev->lock);
 	dev->nmr--;
 	pthread_mutex_unlock(&dev->lock);
 	free(mr);
+	return 0;
+}
+
+/* ibv_advise_mr(3): a prefetch faults the pages of an ODP MR's range in
+ * (mem_populate), for reading or, with PREFETCH_WRITE, for writing;
+ * PREFETCH_NO_FAULT only makes present pages the device's, which they
+ * always are here.  The errors are mlx5's (mlx5_ib_advise_mr): an advice
+ * it does not know is EOPNOTSUPP, a flag other than FLUSH EINVAL (uverbs),
+ * an lkey that is not an ODP MR of this PD (or not writable for
+ * PREFETCH_WRITE) ENOENT when synchronous (IBV_ADVISE_MR_FLAG_FLUSH) and
+ * EINVAL when not, and with FLUSH a range outside the MR or not mapped
+ * EFAULT (the man page); without FLUSH the prefetch is best effort. */
+int uroce_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		    uint32_t num_sge)
+{
+	struct uroce_dev *dev = to_uctx(pd->context)->dev;
+	bool sync = flags & IBV_ADVISE_MR_FLAG_FLUSH;
+
+	if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || !num_sge || !sg_list)
+		return EINVAL;
+	bool write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+	for (uint32_t i = 0; i < num_sge; i++) {
+		struct uroce_seg seg = { 0 };
+		struct uroce_sge sge = { sg_list[i].addr, sg_list[i].length, sg_list[i].lkey };
+		uint32_t nseg;
+		pthread_mutex_lock(&dev->rx_lock);
+		struct uroce_mr *mr = mr_get(dev, sg_list[i].lkey);
+		enum uroce_mem_verdict v = !mr || !(mr->access & IBV_ACCESS_ON_DEMAND) ? MEM_KEY_INVALID :
+			mem_sge_resolve(dev, to_upd(pd), &sge, 1, 0, sge.length,
+					(write ? IBV_ACCESS_LOCAL_WRITE : 0) | MEM_CHECK_NO_PROBE, &seg, &nseg);
+		pthread_mutex_unlock(&dev->rx_lock);
+		if (v == MEM_BOUNDS && !sync)
+			continue;
+		if (v == MEM_BOUNDS)
+			return EFAULT;
+		if (v != MEM_OK)
+			return sync ? ENOENT : EINVAL;
+		/* outside rx_lock: a fault may take long, and only touches page
+		 * tables (a range unmapped meanwhile just fails) */
+		if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT && !mem_populate(seg.addr, seg.len, write) && sync)
+			return EFAULT;
+	}
 	return 0;
 }
 

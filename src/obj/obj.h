@@ -10,6 +10,18 @@ int uroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access);
 int uroce_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
 int uroce_dereg_mr(struct ibv_mr *mr);
+struct ibv_pd *uroce_alloc_parent_domain(struct ibv_context *ctx, struct ibv_parent_domain_init_attr *attr);
+/* A queue's storage from pd's allocator when pd is a parent domain with
+ * one (zeroed; *custom says so), else calloc; pd_buf_free gives it back. */
+enum { UROCE_RES_QP = 1, UROCE_RES_SRQ = 4, UROCE_RES_CQ = 5 };
+void *pd_buf_alloc(struct uroce_pd *pd, size_t size, uint64_t type, bool *custom);
+void pd_buf_free(struct uroce_pd *pd, void *p, uint64_t type, bool custom);
+struct ibv_dm *uroce_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);
+int uroce_free_dm(struct ibv_dm *dm);
+struct ibv_mr *uroce_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset, size_t length,
+			       unsigned int access);
+int uroce_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+		    uint32_t num_sge);
 
 struct ibv_mw *uroce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int uroce_dealloc_mw(struct ibv_mw *mw);

@@ -19,7 +19,7 @@
 
 static void qp_free(struct uroce_qp *qp)
 {
-	free(qp->sq);
+	pd_buf_free(qp->pd, qp->sq, UROCE_RES_QP, qp->sq_custom);
 	free(qp->sq_sges);
 	free(qp->sq_inline);
 	free(qp->resp.res);
@@ -106,7 +106,9 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	if (qp->cap.max_send_sge == 0)
 		qp->cap.max_send_sge = 1;
 	qp->sq_size = in.cap.max_send_wr ? in.cap.max_send_wr : 1;
-	qp->sq = calloc(qp->sq_size, sizeof(*qp->sq));
+	qp->pd = in.pd ? to_upd(in.pd) : NULL;
+	/* the WQE ring from a parent domain's allocator (obj/pd.c) */
+	qp->sq = pd_buf_alloc(qp->pd, (size_t)qp->sq_size * sizeof(*qp->sq), UROCE_RES_QP, &qp->sq_custom);
 	qp->sq_sges = calloc((size_t)qp->sq_size * qp->cap.max_send_sge, sizeof(*qp->sq_sges));
 	qp->sq_inline = qp->cap.max_inline_data ? malloc((size_t)qp->sq_size * qp->cap.max_inline_data) : NULL;
 	if (!qp->sq || !qp->sq_sges || (qp->cap.max_inline_data && !qp->sq_inline))
@@ -187,7 +189,7 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 fail_nomem:
 	err = ENOMEM;
 fail:
-	free(qp->sq);
+	pd_buf_free(qp->pd, qp->sq, UROCE_RES_QP, qp->sq_custom);
 	free(qp->sq_sges);
 	free(qp->sq_inline);
 	qpex_free(qp);
@@ -317,16 +319,21 @@ static int check_attr_values(struct uroce_qp *qp, struct ibv_qp_attr *a, int mas
 		return EINVAL;
 	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xFFFFFF)
 		return EINVAL;
+	/* IBV_ACCESS_ON_DEMAND is an MR bit that pyverbs' ODP tests pass in the
+	 * QP's flags too; the kernel passes it on and mlx5 ignores it */
 	if ((mask & IBV_QP_ACCESS_FLAGS) &&
 	    (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-					      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)))
+					      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND |
+					      IBV_ACCESS_ON_DEMAND)))
 		return EINVAL;
 	if (mask & IBV_QP_AV) {
 		/* RoCE needs a GRH: a non-global AH cannot be routed (rdma-core
 		 * tests expect EINVAL) */
-		if (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index >= dev->cfg.ngids ||
-		    (a->ah_attr.port_num && a->ah_attr.port_num != 1))
+		if (!a->ah_attr.is_global || (a->ah_attr.port_num && a->ah_attr.port_num != 1))
 			return EINVAL;
+		/* an empty GID slot: rdma_fill_sgid_attr's ENODATA (api/verbs.c) */
+		if (a->ah_attr.grh.sgid_index >= dev->cfg.ngids)
+			return ENODATA;
 		const uint8_t *dg = a->ah_attr.grh.dgid.raw;
 		static const uint8_t zero[16];
 		if (!memcmp(dg, zero, 16))
@@ -353,6 +360,43 @@ static void qp_reset(struct uroce_qp *qp)
 	ack_reset(qp);
 }
 
+/* A connected QP's path MTU must fit the route to its peer.  RoCEv2 sets
+ * DF (§1.2), so a packet larger than the route carries is refused by the
+ * kernel (EMSGSIZE) every time it is sent, fragmentation being no option:
+ * a QP whose full-size packets can never leave would end, after retry_cnt
+ * timeouts, in a RETRY_EXC_ERR that names no cause.  So modify_qp fails
+ * with EINVAL, and says why once, where the path MTU and the address
+ * vector meet (RTR, or a later change of either) -- as a port's MTU bounds
+ * the path MTU on InfiniBand (IBA 11.2.4.2's PMTU).  rxe and mlx5 accept
+ * any path MTU up to 4096 at RTR and then lose the packets the link cannot
+ * carry.  The largest packet of path MTU P is P + 64 bytes of IPv4, UDP,
+ * BTH, RETH, ImmDt and ICRC (P + 84 over IPv6).  Without a route (no
+ * interface yet) nothing can be said and nothing is refused. */
+static int check_path_mtu(struct uroce_qp *qp, const struct ibv_qp_attr *a, int mask, enum ibv_qp_state next)
+{
+	static atomic_bool told;
+	struct uroce_dev *dev = qp->dev;
+
+	if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) || next < IBV_QPS_RTR || next == IBV_QPS_ERR ||
+	    !(mask & (IBV_QP_PATH_MTU | IBV_QP_AV)))
+		return 0;
+	enum ibv_mtu pm = (mask & IBV_QP_PATH_MTU) ? a->path_mtu : qp->attr.path_mtu;
+	const struct ibv_ah_attr *ah = (mask & IBV_QP_AV) ? &a->ah_attr : &qp->attr.ah_attr;
+	const uint8_t *sgid = dev->cfg.gids[ah->grh.sgid_index], *dgid = ah->grh.dgid.raw;
+	int route = net_route_mtu(sgid, dgid);
+	unsigned need = (128u << pm) + (gid_is_ipv4(sgid) ? 64 : 84);
+	if (route <= 0 || need <= (unsigned)route)
+		return 0;
+	dev_count(dev, UC_path_mtu_refused, 1);
+	if (!atomic_exchange(&told, true)) {
+		char d[64];
+		LOG_ERR("uroce: modify_qp: path MTU %u does not fit the route to %s (IP MTU %d, a packet needs %u): "
+			"EINVAL; use a path MTU up to the port's active_mtu, or a larger link MTU",
+			128u << pm, gid_format(dgid, d, sizeof(d)), route, need);
+	}
+	return EINVAL;
+}
+
 int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 {
 	struct uroce_qp *qp = to_uqp(ibqp);
@@ -371,6 +415,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		goto out;
 	}
 	rc = check_attr_values(qp, a, mask);
+	if (!rc)
+		rc = check_path_mtu(qp, a, mask, next);
 	if (rc)
 		goto out;
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {

@@ -191,7 +191,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		/* zero-length writes touch no memory: no key check (IBA 9.4.3) */
 		if (qp->resp.write_left &&
 		    (mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
-				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
+				    IBV_ACCESS_REMOTE_WRITE | MEM_CHECK_NO_PROBE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		qp_set_in_write(qp, true);
 		qp->resp.recv_off = 0;

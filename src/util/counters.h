@@ -11,6 +11,8 @@
 	X(rx_packets, "packets received") \
 	X(rx_bytes, "UDP payload bytes received") \
 	X(tx_errors, "send syscalls that failed") \
+	X(tx_too_big, "sends the route refused as larger than its MTU (EMSGSIZE)") \
+	X(path_mtu_refused, "modify_qp calls refused: the path MTU does not fit the route") \
 	X(retransmits, "packets sent again (go-back-N)") \
 	X(timeouts, "local ACK timeouts") \
 	X(rto_probes, "probes sent by the adaptive retransmission timer") \

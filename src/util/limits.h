@@ -18,5 +18,11 @@
 #define UROCE_MAX_AH 65536
 #define UROCE_MAX_SRQ 4096
 #define UROCE_MAX_SRQ_WR 16384
+/* The port's GID table, as rxe's (RXE_PORT_GID_TBL_LEN): the configured
+ * addresses first, the rest empty slots (api/verbs.c says how each query
+ * answers one). */
+#define UROCE_GID_TBL_LEN 1024
+/* Device memory of a process (max_dm_size; mlx5's MEMIC is 128-256 KiB) */
+#define UROCE_MAX_DM (256u << 10)
 
 #endif

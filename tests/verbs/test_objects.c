@@ -47,12 +47,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEV_NAME "uroce0"
+/* more GIDs than a process has (uroce: at most 4 addresses) */
+#define UROCE_TEST_GIDS 16
 
 /* ------------------------------------------------------------------ */
 /* Reporting                                                           */
@@ -496,6 +499,15 @@ static void expect_state(const char *name, struct ibv_qp *qp,
 	      st, st, got, qp->state);
 }
 
+/* How many GIDs the port has (ibv_query_gid_table lists valid ones). */
+static int valid_gids(void)
+{
+	struct ibv_gid_entry tbl[UROCE_TEST_GIDS];
+	ssize_t n = ibv_query_gid_table(F.ctx, tbl, UROCE_TEST_GIDS, 0);
+
+	return n < 0 ? 0 : (int)n;
+}
+
 static struct ibv_mr *reg_buf(struct ibv_pd *pd)
 {
 	return ibv_reg_mr(pd, buf, sizeof buf,
@@ -717,6 +729,27 @@ static void g_device(void)
 	expect_ret("query_gid_ex_index_out_of_range_einval", EINVAL, rc);
 	rc = ibv_query_gid_ex(ctx, 2, 0, &ge, 0);
 	expect_ret("query_gid_ex_port_2_einval", EINVAL, rc);
+
+	/* The table has spare slots, as rxe's (RXE_PORT_GID_TBL_LEN 1024):
+	 * an empty one is rdma_get_gid_attr's ENODATA, which ibv_query_gid
+	 * turns into the zero GID; ibv_query_gid_table lists valid entries
+	 * only.  The last slot is empty with one address per process. */
+	expect_i("query_port_gid_tbl_len_1024", 1024, pa.gid_tbl_len);
+	if (pa.gid_tbl_len > 1) {
+		static const union ibv_gid zero_gid;
+		int last = pa.gid_tbl_len - 1;
+		memset(&g2, 0xff, sizeof g2);
+		rc = ibv_query_gid(ctx, 1, last, &g2);
+		check("query_gid_empty_slot_zero", rc == 0 && !memcmp(&g2, &zero_gid, sizeof g2),
+		      "expected 0 and the zero GID got %d and %s", rc, gidstr(&g2, s1, sizeof s1));
+		rc = ibv_query_gid_ex(ctx, 1, (uint32_t)last, &ge, 0);
+		expect_ret("query_gid_ex_empty_slot_enodata", ENODATA, rc);
+		struct ibv_gid_entry tbl[UROCE_TEST_GIDS];
+		ssize_t cnt = ibv_query_gid_table(ctx, tbl, UROCE_TEST_GIDS, 0);
+		check("query_gid_table_valid_entries_only", cnt >= 1 && cnt < UROCE_TEST_GIDS,
+		      "expected between 1 and %d entries in a buffer of %d got %zd", UROCE_TEST_GIDS - 1,
+		      UROCE_TEST_GIDS, cnt);
+	}
 
 	/* ibv_query_gid_table (inline -> _ibv_query_gid_table) */
 	{
@@ -1721,6 +1754,12 @@ static void g_qp_rc(void)
 		bad_modify("qp_rc_init_to_rtr_sgid_index_out_of_range", qp, &a, RTR_M,
 			   EINVAL);
 	}
+	/* ... and an empty slot within the table -> -ENODATA. */
+	if (valid_gids() < F.pa.gid_tbl_len && valid_gids() < 256) {
+		std_attr(qp, IBV_QPS_RTR, &a);
+		a.ah_attr.grh.sgid_index = (uint8_t)valid_gids();
+		bad_modify("qp_rc_init_to_rtr_sgid_index_empty_enodata", qp, &a, RTR_M, ENODATA);
+	}
 	/* rxe_qp_chk_attr(): path_mtu > port max_mtu -> -EINVAL. */
 	if (F.pa.max_mtu < IBV_MTU_4096) {
 		std_attr(qp, IBV_QPS_RTR, &a);
@@ -2367,6 +2406,11 @@ static void g_ah(void)
 		a.grh.sgid_index = (uint8_t)F.pa.gid_tbl_len;
 		EXPECT_NULL("ah_create_sgid_index_out_of_range_einval",
 			    ibv_create_ah(pd, &a), EINVAL, d_ah);
+		a.grh.sgid_index = 0;
+	}
+	if (valid_gids() < F.pa.gid_tbl_len && valid_gids() < 256) {
+		a.grh.sgid_index = (uint8_t)valid_gids();
+		EXPECT_NULL("ah_create_sgid_index_empty_enodata", ibv_create_ah(pd, &a), ENODATA, d_ah);
 		a.grh.sgid_index = 0;
 	}
 	if (ah) {
@@ -3239,6 +3283,471 @@ out:
 /* Driver                                                              */
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* Group: odp                                                          */
+/* ------------------------------------------------------------------ */
+
+/* One RC operation on a QP connected to itself; returns the completion's
+ * status, or -1 when none came within 2 s. */
+static int odp_op(struct ibv_qp *qp, struct ibv_cq *cq, enum ibv_wr_opcode op, struct ibv_mr *lmr, void *laddr,
+		  uint32_t len, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)laddr, len, lmr->lkey };
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_wc wc;
+
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = 0x0d9;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 1;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	if (ibv_post_send(qp, &wr, &bad))
+		return -2;
+	memset(&wc, 0, sizeof wc);
+	if (poll_cq_for(cq, &wc, 1, 2000) != 1)
+		return -1;
+	return wc.status;
+}
+
+/* RESET..RTS connected to peer with the send PSN the receive PSN (so the
+ * two are in sequence), remote atomics too.  Two QPs rather than one
+ * connected to itself: a responder that NAKs an access error enters ERR
+ * itself (IBA 9.9.3.1.3), so a lone QP would flush its WQE first. */
+static int odp_rts(struct ibv_qp *qp, struct ibv_qp *peer)
+{
+	static const enum ibv_qp_state path[] = { IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	struct ibv_qp_attr a;
+
+	for (size_t i = 0; i < sizeof path / sizeof path[0]; i++) {
+		for (int k = 0; k < 2; k++) {
+			struct ibv_qp *q = k ? peer : qp;
+			std_attr(q, path[i], &a);
+			a.dest_qp_num = (k ? qp : peer)->qp_num;
+			a.sq_psn = a.rq_psn;
+			a.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+			int rc = ibv_modify_qp(q, &a, std_mask(q->qp_type, path[i]));
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Two RC QPs on pd, each with its own CQ, connected to each other in RTS. */
+struct qp_pair {
+	struct ibv_cq *cq, *cq2;
+	struct ibv_qp *qp, *qp2;
+};
+
+static bool pair_open(struct qp_pair *p, struct ibv_pd *pd, const char *name)
+{
+	memset(p, 0, sizeof *p);
+	p->cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	p->cq2 = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	p->qp = p->cq ? mk_qp(pd, p->cq, IBV_QPT_RC, NULL) : NULL;
+	p->qp2 = p->cq2 ? mk_qp(pd, p->cq2, IBV_QPT_RC, NULL) : NULL;
+	return check(name, p->qp && p->qp2 && !odp_rts(p->qp, p->qp2),
+		     "expected two RC QPs connected in RTS (errno %d)", errno);
+}
+
+static void pair_close(struct qp_pair *p)
+{
+	if (p->qp)
+		ibv_destroy_qp(p->qp);
+	if (p->qp2)
+		ibv_destroy_qp(p->qp2);
+	if (p->cq)
+		ibv_destroy_cq(p->cq);
+	if (p->cq2)
+		ibv_destroy_cq(p->cq2);
+	memset(p, 0, sizeof *p);
+}
+
+static void expect_wc(const char *name, int exp, int got)
+{
+	check(name, exp == got, "expected status %d (%s) got %d (%s)", exp, ibv_wc_status_str(exp), got,
+	      got < 0 ? (got == -1 ? "no completion in 2 s" : "post_send failed") : ibv_wc_status_str(got));
+}
+
+static void g_odp(void)
+{
+	struct ibv_device_attr_ex dx;
+	struct ibv_pd *pd = NULL;
+	struct qp_pair P = { 0 };
+	struct ibv_mr *mr = NULL, *ro = NULL, *imr = NULL, *plain = NULL;
+	struct ibv_sge sge;
+	int rc;
+	const unsigned all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND;
+
+	if (!fx_open())
+		return;
+	/* mlx5 with ODP: IB_DEVICE_ON_DEMAND_PAGING (1 << 31) and odp_caps */
+	memset(&dx, 0, sizeof dx);
+	rc = ibv_query_device_ex(F.ctx, NULL, &dx);
+	expect_ret("odp_query_device_ex", 0, rc);
+	expect_x("odp_general_caps", IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT, dx.odp_caps.general_caps);
+	expect_x("odp_rc_caps", IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV,
+		 dx.odp_caps.per_transport_caps.rc_odp_caps);
+	check("odp_ud_caps_send_recv", (dx.odp_caps.per_transport_caps.ud_odp_caps &
+					(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV)) ==
+	      (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV), "expected SEND|RECV got 0x%x",
+	      dx.odp_caps.per_transport_caps.ud_odp_caps);
+	check("odp_device_cap_flag", (dx.orig_attr.device_cap_flags & (1u << 31)) != 0,
+	      "expected bit 31 (IB_DEVICE_ON_DEMAND_PAGING) in 0x%x", dx.orig_attr.device_cap_flags);
+
+	pd = ibv_alloc_pd(F.ctx);
+	if (!pd) {
+		fail("odp_setup", "expected a PD");
+		goto out;
+	}
+	EXPECT_OBJ("odp_reg_mr_explicit", mr, ibv_reg_mr(pd, buf, sizeof buf, all));
+	EXPECT_OBJ("odp_reg_mr_read_only", ro, ibv_reg_mr(pd, buf, sizeof buf,
+							 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_READ));
+	/* ibv_reg_mr(3): the implicit ODP MR is addr NULL, length SIZE_MAX */
+	EXPECT_OBJ("odp_reg_mr_implicit", imr, ibv_reg_mr(pd, NULL, SIZE_MAX, all));
+	EXPECT_NULL("odp_reg_mr_implicit_needs_odp", ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE),
+		    EINVAL, d_mr);
+	EXPECT_NULL("odp_reg_mr_implicit_iova_einval",
+		    ibv_reg_mr_iova(pd, NULL, SIZE_MAX, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+		    EINVAL, d_mr);
+	plain = reg_buf(pd);
+	if (!mr || !ro || !imr || !plain)
+		goto out;
+
+	/* ibv_advise_mr(3), errors as mlx5_ib_advise_mr */
+	sge = (struct ibv_sge){ (uintptr_t)buf, 4096, mr->lkey };
+	expect_ret("advise_mr_prefetch_sync", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_prefetch_write_async", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1));
+	expect_ret("advise_mr_no_fault", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_bad_advice_eopnotsupp", EOPNOTSUPP,
+		   ibv_advise_mr(pd, (enum ibv_advise_mr_advice)7, 0, &sge, 1));
+	expect_ret("advise_mr_bad_flags_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 2, &sge, 1));
+	expect_ret("advise_mr_no_sge_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0));
+	sge.lkey = plain->lkey;
+	expect_ret("advise_mr_not_odp_sync_enoent", ENOENT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_not_odp_async_einval", EINVAL,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
+	sge.lkey = ro->lkey;
+	expect_ret("advise_mr_write_read_only_enoent", ENOENT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	sge = (struct ibv_sge){ (uintptr_t)buf + sizeof buf - 4096, 8192, mr->lkey };
+	expect_ret("advise_mr_out_of_bounds_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+
+	/* Memory that is not mapped, not readable, not writable: holes that
+	 * nothing can fill (the page after NULL, below vm.mmap_min_addr, and
+	 * the first address past user space on x86-64 and arm64's 48-bit
+	 * layout), a PROT_NONE page, a read-only page. */
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		fail("odp_mmap", "expected mmap to work got errno %d", errno);
+		goto out;
+	}
+	uint8_t *hole = (uint8_t *)(uintptr_t)4096, *none = m, *rdonly = m + pg;
+	uint8_t *past = (uint8_t *)(uintptr_t)(1ull << 47);
+	memset(rdonly, 0x5a, pg);
+	mprotect(none, pg, PROT_NONE);
+	mprotect(rdonly, pg, PROT_READ);
+	sge = (struct ibv_sge){ (uintptr_t)hole, 64, imr->lkey };
+	expect_ret("advise_mr_implicit_hole_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	sge = (struct ibv_sge){ (uintptr_t)rdonly, 64, imr->lkey };
+	expect_ret("advise_mr_implicit_write_read_only_efault", EFAULT,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	expect_ret("advise_mr_implicit_read_read_only", 0,
+		   ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+
+	/* Remote accesses through the implicit rkey (a QP connected to
+	 * itself): what is mapped with the permission works, the rest is a
+	 * remote access error and the process survives (hostile-input rule). */
+	if (!pair_open(&P, pd, "odp_qp_pair"))
+		goto unmap;
+	struct ibv_qp *qp = P.qp, *qp2 = P.qp2;
+	struct ibv_cq *cq = P.cq;
+	uint8_t *src = buf, *dst = buf + 8192;
+	memset(src, 0xab, 256);
+	memset(dst, 0, 256);
+	expect_wc("odp_implicit_write_lands", IBV_WC_SUCCESS,
+		  odp_op(qp, cq, IBV_WR_RDMA_WRITE, mr, src, 256, (uintptr_t)dst, imr->rkey));
+	check("odp_implicit_write_data", !memcmp(src, dst, 256), "expected the 256 bytes written at the target");
+	expect_wc("odp_implicit_read_read_only_page", IBV_WC_SUCCESS,
+		  odp_op(qp, cq, IBV_WR_RDMA_READ, mr, dst, 64, (uintptr_t)rdonly, imr->rkey));
+	check("odp_implicit_read_data", dst[0] == 0x5a && dst[63] == 0x5a, "expected 0x5a read back");
+
+	struct { const char *name; enum ibv_wr_opcode op; uint8_t *at; } bad[] = {
+		{ "odp_implicit_write_hole_rem_access", IBV_WR_RDMA_WRITE, hole },
+		{ "odp_implicit_read_hole_rem_access", IBV_WR_RDMA_READ, hole },
+		{ "odp_implicit_write_past_user_space_rem_access", IBV_WR_RDMA_WRITE, past },
+		{ "odp_implicit_read_top_of_address_space_rem_access", IBV_WR_RDMA_READ,
+		  (uint8_t *)(uintptr_t)(UINT64_MAX - 7) },
+		{ "odp_implicit_read_prot_none_rem_access", IBV_WR_RDMA_READ, none },
+		{ "odp_implicit_write_read_only_rem_access", IBV_WR_RDMA_WRITE, rdonly },
+		{ "odp_implicit_atomic_read_only_rem_access", IBV_WR_ATOMIC_FETCH_AND_ADD, rdonly },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		if (odp_rts(qp, qp2)) {
+			fail(bad[i].name, "expected the QP back in RTS");
+			continue;
+		}
+		expect_wc(bad[i].name, IBV_WC_REM_ACCESS_ERR,
+			  odp_op(qp, cq, bad[i].op, mr, src, 8, (uintptr_t)bad[i].at, imr->rkey));
+	}
+	check("odp_read_only_page_unchanged", rdonly[0] == 0x5a && rdonly[7] == 0x5a, "expected 0x5a");
+	/* a local SGE through the implicit lkey over a hole: the WQE fails
+	 * locally instead of faulting (mlx5: a local protection error) */
+	if (!odp_rts(qp, qp2))
+		expect_wc("odp_implicit_local_sge_hole_loc_prot", IBV_WC_LOC_PROT_ERR,
+			  odp_op(qp, cq, IBV_WR_RDMA_WRITE, imr, hole, 64, (uintptr_t)dst, mr->rkey));
+unmap:
+	munmap(none, 2 * pg);
+out:
+	pair_close(&P);
+	if (plain)
+		ibv_dereg_mr(plain);
+	if (imr)
+		ibv_dereg_mr(imr);
+	if (ro)
+		ibv_dereg_mr(ro);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
+/* ------------------------------------------------------------------ */
+/* Group: dm (device memory, mlx5's rules)                             */
+/* ------------------------------------------------------------------ */
+
+static void d_dm(void *p) { ibv_free_dm(p); }
+
+static void g_dm(void)
+{
+	struct ibv_device_attr_ex dx;
+	struct ibv_alloc_dm_attr at;
+	struct ibv_dm *dm = NULL;
+	struct ibv_pd *pd = NULL;
+	struct qp_pair P = { 0 };
+	struct ibv_mr *dmr = NULL, *mr = NULL;
+	uint8_t out[256], in[256];
+
+	if (!fx_open())
+		return;
+	memset(&dx, 0, sizeof dx);
+	expect_ret("dm_query_device_ex", 0, ibv_query_device_ex(F.ctx, NULL, &dx));
+	if (!check("dm_max_dm_size", dx.max_dm_size >= 4096, "expected >= 4096 got %llu",
+		   (unsigned long long)dx.max_dm_size))
+		goto out;
+	/* mlx5_alloc_dm: a comp_mask bit, 0 bytes or more than max_dm_size */
+	at = (struct ibv_alloc_dm_attr){ .length = 4096, .comp_mask = 1 };
+	EXPECT_NULL("dm_alloc_comp_mask_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = 0 };
+	EXPECT_NULL("dm_alloc_zero_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = dx.max_dm_size + 1 };
+	EXPECT_NULL("dm_alloc_too_long_einval", ibv_alloc_dm(F.ctx, &at), EINVAL, d_dm);
+	at = (struct ibv_alloc_dm_attr){ .length = dx.max_dm_size / 2 + 4 };
+	EXPECT_OBJ("dm_alloc", dm, ibv_alloc_dm(F.ctx, &at));
+	/* what is left of max_dm_size is less than another half */
+	EXPECT_NULL("dm_alloc_exhausted_enomem", ibv_alloc_dm(F.ctx, &at), ENOMEM, d_dm);
+	if (!dm)
+		goto out;
+	for (int i = 0; i < 256; i++)
+		out[i] = (uint8_t)(i * 7 + 1);
+	expect_ret("dm_memcpy_to", 0, ibv_memcpy_to_dm(dm, 64, out, 256));
+	memset(in, 0, sizeof in);
+	expect_ret("dm_memcpy_from", 0, ibv_memcpy_from_dm(in, dm, 64, 256));
+	check("dm_memcpy_roundtrip", !memcmp(in, out, 256), "expected the 256 bytes back");
+	/* mlx5_dm_memcpy: 4-byte words only, within the DM */
+	expect_ret("dm_memcpy_to_unaligned_offset_einval", EINVAL, ibv_memcpy_to_dm(dm, 3, out, 4));
+	expect_ret("dm_memcpy_from_unaligned_length_einval", EINVAL, ibv_memcpy_from_dm(in, dm, 4, 3));
+	expect_ret("dm_memcpy_to_past_end_efault", EFAULT, ibv_memcpy_to_dm(dm, at.length - 4, out, 8));
+	expect_ret("dm_memcpy_from_past_end_efault", EFAULT, ibv_memcpy_from_dm(in, dm, at.length + 4, 4));
+
+	pd = ibv_alloc_pd(F.ctx);
+	if (!pd)
+		goto out;
+	const unsigned acc = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	/* uverbs DM_MR_REG: zero-based only, within the DM */
+	EXPECT_NULL("dm_reg_mr_not_zero_based_einval", ibv_reg_dm_mr(pd, dm, 0, 256, IBV_ACCESS_LOCAL_WRITE),
+		    EINVAL, d_mr);
+	EXPECT_NULL("dm_reg_mr_past_end_einval", ibv_reg_dm_mr(pd, dm, 64, at.length, acc), EINVAL, d_mr);
+	EXPECT_NULL("dm_reg_mr_mw_bind_einval", ibv_reg_dm_mr(pd, dm, 0, 256, acc | IBV_ACCESS_MW_BIND), EINVAL,
+		    d_mr);
+	EXPECT_OBJ("dm_reg_mr", dmr, ibv_reg_dm_mr(pd, dm, 64, 4096, acc));
+	if (!dmr)
+		goto out;
+	expect_ret("dm_free_with_mr_ebusy", EBUSY, ibv_free_dm(dm));
+
+	/* a remote WRITE lands in the DM: the MR's address 0 is DM offset 64 */
+	mr = reg_buf(pd);
+	if (!pair_open(&P, pd, "dm_qp_pair") || !mr)
+		goto out;
+	for (int i = 0; i < 256; i++)
+		buf[i] = (uint8_t)(0xc3 ^ i);
+	expect_wc("dm_remote_write", IBV_WC_SUCCESS, odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 16, dmr->rkey));
+	memset(in, 0, sizeof in);
+	ibv_memcpy_from_dm(in, dm, 64 + 16, 256);
+	check("dm_remote_write_data", !memcmp(in, buf, 256), "expected the written bytes at DM offset 80");
+	expect_wc("dm_remote_write_past_mr_rem_access", IBV_WC_REM_ACCESS_ERR,
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 256, 4096 - 128, dmr->rkey));
+out:
+	pair_close(&P);
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (dmr)
+		expect_ret("dm_dereg_mr", 0, ibv_dereg_mr(dmr));
+	if (dm)
+		expect_ret("dm_free", 0, ibv_free_dm(dm));
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
+/* ------------------------------------------------------------------ */
+/* Group: parent_domain                                                */
+/* ------------------------------------------------------------------ */
+
+static int pdom_allocs, pdom_frees, pdom_default;
+static uint64_t pdom_last_type;
+
+static void *pdom_alloc(struct ibv_pd *pd, void *ctx, size_t size, size_t align, uint64_t type)
+{
+	void *p = NULL;
+
+	(void)pd;
+	if (ctx != &pdom_allocs)
+		return NULL;   /* the pd_context must be handed back */
+	pdom_last_type = type;
+	if (pdom_default)
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size))
+		return NULL;
+	memset(p, 0xee, size);   /* the provider must not rely on zeroed memory */
+	pdom_allocs++;
+	return p;
+}
+
+static void pdom_free(struct ibv_pd *pd, void *ctx, void *p, uint64_t type)
+{
+	(void)pd; (void)ctx; (void)type;
+	pdom_frees++;
+	free(p);
+}
+
+static void d_pd(void *p) { ibv_dealloc_pd(p); }
+
+static void g_parent_domain(void)
+{
+	struct ibv_pd *pd = NULL, *pd2 = NULL, *pdom = NULL;
+	struct qp_pair P = { 0 };
+	struct ibv_cq_ex *cqx = NULL;
+	struct ibv_mr *mr = NULL, *mr2 = NULL;
+	struct ibv_parent_domain_init_attr pa;
+
+	if (!fx_open())
+		return;
+	pd = ibv_alloc_pd(F.ctx);
+	pd2 = ibv_alloc_pd(F.ctx);
+	if (!pd || !pd2)
+		goto out;
+	/* mlx5_alloc_parent_domain: a PD, known comp_mask bits, both allocators */
+	memset(&pa, 0, sizeof pa);
+	EXPECT_NULL("pdom_no_pd_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.pd = pd;
+	pa.comp_mask = 1u << 7;
+	EXPECT_NULL("pdom_unknown_comp_mask_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
+	pa.alloc = pdom_alloc;
+	EXPECT_NULL("pdom_alloc_without_free_einval", ibv_alloc_parent_domain(F.ctx, &pa), EINVAL, d_pd);
+	pa.free = pdom_free;
+	pa.comp_mask |= IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+	pa.pd_context = &pdom_allocs;
+	EXPECT_OBJ("pdom_alloc", pdom, ibv_alloc_parent_domain(F.ctx, &pa));
+	if (!pdom)
+		goto out;
+	expect_ret("pdom_pd_busy", EBUSY, ibv_dealloc_pd(pd));
+
+	/* a QP's send queue and a CQ's ring come from the allocator */
+	pdom_allocs = pdom_frees = 0;
+	mr = reg_buf(pd);
+	mr2 = reg_buf(pd2);
+	if (!pair_open(&P, pdom, "pdom_qp_pair") || !mr || !mr2)
+		goto out;
+	check("pdom_qp_buffers_from_allocator", pdom_allocs == 2 && pdom_last_type == 1,
+	      "expected 2 allocations of type 1 (QP) got %d, last type %llu", pdom_allocs,
+	      (unsigned long long)pdom_last_type);
+	struct ibv_cq_init_attr_ex ca = { .cqe = 16, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = pd };
+	EXPECT_NULL("pdom_cq_ex_plain_pd_einval", ibv_create_cq_ex(F.ctx, &ca), EINVAL, d_cq);
+	ca.parent_domain = pdom;
+	pdom_allocs = 0;
+	EXPECT_OBJ("pdom_cq_ex", cqx, ibv_create_cq_ex(F.ctx, &ca));
+	check("pdom_cq_ring_from_allocator", pdom_allocs == 1 && pdom_last_type == 5,
+	      "expected 1 allocation of type 5 (CQ) got %d, last type %llu", pdom_allocs,
+	      (unsigned long long)pdom_last_type);
+	if (!cqx)
+		goto out;
+
+	/* protection is the PD's: an MR of the PD serves QPs of its parent
+	 * domain, an MR of another PD does not */
+	memset(buf, 0x3c, 128);
+	memset(buf + 4096, 0, 128);
+	expect_wc("pdom_write_mr_of_the_pd", IBV_WC_SUCCESS,
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr->rkey));
+	check("pdom_write_data", buf[4096] == 0x3c && buf[4096 + 127] == 0x3c, "expected the bytes written");
+	expect_wc("pdom_write_mr_of_another_pd_rem_access", IBV_WC_REM_ACCESS_ERR,
+		  odp_op(P.qp, P.cq, IBV_WR_RDMA_WRITE, mr, buf, 128, (uintptr_t)buf + 4096, mr2->rkey));
+
+	pdom_frees = 0;
+	expect_ret("pdom_destroy_qp", 0, ibv_destroy_qp(P.qp));
+	P.qp = NULL;
+	expect_ret("pdom_destroy_cq_ex", 0, ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
+	cqx = NULL;
+	check("pdom_buffers_freed_by_allocator", pdom_frees == 2, "expected 2 frees got %d", pdom_frees);
+	/* IBV_ALLOCATOR_USE_DEFAULT: the provider's own memory, never handed
+	 * to the application's free */
+	pdom_default = 1;
+	pdom_frees = 0;
+	struct ibv_qp *qp3 = mk_qp(pdom, P.cq, IBV_QPT_RC, NULL);
+	check("pdom_use_default_qp", qp3 != NULL, "expected a QP got NULL errno %d", errno);
+	if (qp3)
+		ibv_destroy_qp(qp3);
+	check("pdom_use_default_not_freed_by_app", pdom_frees == 0, "expected 0 frees got %d", pdom_frees);
+	pdom_default = 0;
+out:
+	pair_close(&P);
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (mr2)
+		ibv_dereg_mr(mr2);
+	if (pdom)
+		expect_ret("pdom_dealloc", 0, ibv_dealloc_pd(pdom));
+	if (pd)
+		expect_ret("pdom_then_pd_dealloc", 0, ibv_dealloc_pd(pd));
+	if (pd2)
+		ibv_dealloc_pd(pd2);
+	fx_close();
+}
+
 struct group {
 	const char *name;
 	void (*fn)(void);
@@ -3261,6 +3770,9 @@ static const struct group groups[] = {
 	{ "ordering", g_ordering },
 	{ "mw", g_mw },
 	{ "qp_ex", g_qp_ex },
+	{ "odp", g_odp },
+	{ "dm", g_dm },
+	{ "parent_domain", g_parent_domain },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
