@@ -45,7 +45,7 @@ WHY = [
     (r"doesn't have net interface", 'not built yet: rdma_cm; pyverbs looks for the netdev in '
      '`/sys/class/infiniband/<dev>/device/net/`, a sysfs path a preload cannot provide'),
     (r'imports', 'not built yet: `ibv_import_device` / object import (shared contexts)'),
-    (r'[Ss]hared PD|import', 'not built yet: object import'),
+    (r'[Ss]hared PD|[Ii]mport', 'not built yet: `ibv_import_device` / object import (shared contexts)'),
 ]
 
 
