@@ -15,10 +15,20 @@
 #   loss5     as default, with netem dropping RXE_LOSS_PCT (5) percent of the
 #             RoCE packets rxe sends (VM eth0 egress: prio band + u32 on UDP
 #             dport 4791, as run-pair.sh; the host kernel has no netem, and the
-#             VM's has no ingress qdisc).  So rxe's ACKs, NAKs and READ/atomic
-#             responses are lost (uroce's requester must recover) and, when rxe
-#             is the requester, its requests (rxe's retransmission must recover
-#             from uroce's sequence NAKs and its own timer).
+#             VM's has no ingress qdisc), and uroce dropping as many of its own
+#             (UROCE_FAULT_DROP_TX, seeded: the same drops every run).  So both
+#             sides' requests, ACKs, NAKs and READ/atomic responses are lost,
+#             and each side's requester must recover through the other's
+#             sequence NAKs, duplicate re-ACKs and its own timers.
+#             A pingpong has an end-of-run race no RC peer can hide (the ACK
+#             of a side's last SEND lost after its peer has exited;
+#             tests/netrc/netrc_linger.c), so in this step both sides of a
+#             pingpong run with that shim (RXE_LINGER_LIB), which delays
+#             ibv_destroy_qp by RXE_LINGER_MS (250) ms -- in the VM too, from
+#             the 9p share (rxe answers for a QP that still exists).  rxe
+#             treats retry_cnt 7 as "retry forever" (rxe_comp.c; IBA makes only
+#             rnr_retry 7 infinite), so without the shim an rxe client whose
+#             last SEND's ACK was lost retransmits until the step's timeout.
 # rxe-server: the VM runs the server, the host the client (connecting to
 # 198.18.0.2); rxe-client: the host runs the server, the VM the client
 # (connecting to 198.18.0.1).  A client whose TCP connect finds no server yet
@@ -97,6 +107,8 @@ args="$*"
 steps=${RXE_STEPS:-default mtu1024 loss5}
 loss=${RXE_LOSS_PCT:-5}
 step_tmo=${RXE_STEP_TIMEOUT:-60}
+linger_lib=${RXE_LINGER_LIB:-}
+linger_ms=${RXE_LINGER_MS:-250}
 . "$vm/lib.sh"
 
 case $tool in
@@ -112,6 +124,13 @@ esac
 
 d=$work/cases/$name
 rm -rf "$d"; mkdir -p "$d/share"
+# the pingpongs' loss step runs under the linger shim on both sides (above)
+vm_linger= host_linger=()
+if [ "$tool" != "${tool#ibv_}" ] && [ -n "$linger_lib" ]; then
+	cp "$linger_lib" "$d/share/linger.so" || exit 1
+	vm_linger="env LD_PRELOAD=/mnt/host/linger.so NETRC_LINGER_MS=$linger_ms"
+	host_linger=(env NETRC_LINGER_MS="$linger_ms" sh -c 'LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@"' "$linger_lib")
+fi
 # a client that finds no server listening yet: the pingpongs' and perftest's words
 noserver="Couldn't connect to|Unable to open file descriptor for socket connection|Unable to init the socket connection"
 lossq="tc qdisc add dev eth0 root handle 1: prio && tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $loss% && tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dport 4791 0xffff flowid 1:3"
@@ -138,22 +157,29 @@ EOF
 	for s in $steps; do
 		i=$((i + 1))
 		m=; [ "$s" = mtu1024 ] && m="-m 1024"
-		[ "$s" = loss5 ] && echo "$lossq || echo LOSS-SETUP-FAILED"
+		pre=
+		if [ "$s" = loss5 ]; then
+			echo "$lossq || echo LOSS-SETUP-FAILED"
+			pre=$vm_linger
+		fi
 		cli=0; [ -n "$vm_peer" ] && cli=1
-		echo "step $i $cli $tool -d rxe0 $gid 1 $extra $args $m $vm_peer"
+		echo "step $i $cli $pre $tool -d rxe0 $gid 1 $extra $args $m $vm_peer"
 	done
 } | sed "s/STEPTMO/$step_tmo/" >"$d/share/vm.sh"
 
 # the host's side, one program per step, each under uroce
 host_steps() {
 	local i=0 s m n rc
+	local -a fault pre
 	for s in $steps; do
 		i=$((i + 1))
 		m=; [ "$s" = mtu1024 ] && m="-m 1024"
+		fault=() pre=()
+		[ "$s" = loss5 ] && fault=(UROCE_FAULT_DROP_TX="$loss%") pre=("${host_linger[@]}")
 		n=0
 		while :; do
-			ip netns exec "$NS" env UROCE_ADDR=198.18.0.1 UROCE_SHM=0 UROCE_STATS=1 \
-				timeout "$step_tmo" "$launcher" run -- $tool $gid 0 $extra $args $m $host_peer \
+			ip netns exec "$NS" env UROCE_ADDR=198.18.0.1 UROCE_SHM=0 UROCE_STATS=1 "${fault[@]}" \
+				timeout "$step_tmo" "$launcher" run -- "${pre[@]}" $tool $gid 0 $extra $args $m $host_peer \
 				>"$d/host.$i.log" 2>&1
 			rc=$?
 			if [ -n "$host_peer" ] && [ $rc != 0 ] && [ $n -lt 150 ] && grep -qE "$noserver" "$d/host.$i.log"; then
