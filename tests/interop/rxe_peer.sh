@@ -6,8 +6,8 @@
 #   rxe_peer.sh run   WORKDIR LAUNCHER NAME rxe-server|rxe-client TOOL [ARGS...]
 #   rxe_peer.sh icrc-verdict-selftest WORKDIR
 #
-# `run` boots the VM once and runs TOOL three times in it, one step each
-# (RXE_STEPS chooses; default "default mtu1024 loss5"):
+# `run` boots the VM once and runs TOOL in it once per step, rxe and uroce
+# side by side (RXE_STEPS chooses the steps; default "default mtu1024 loss5"):
 #   default   the tools' own MTU choice (pingpongs 1024, perftest the port's
 #             active MTU: rxe's 1024 with the VM's 1500-byte eth0, uroce's
 #             1024 from the bridge's 1500, util/config_table.h UROCE_MTU)
