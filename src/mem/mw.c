@@ -49,14 +49,14 @@ static bool bind_ok(const struct uroce_qp *qp, const struct uroce_mw *mw, const 
 	if (mw->ibv.type == IBV_MW_TYPE_2) {
 		if (mw->state != MW_FREE)       /* o10-37.2.30: invalidate first */
 			return false;
-		if (to_upd(mw->ibv.pd) != qp->pd) /* C10-72 */
+		if (!qp->pd || to_upd(mw->ibv.pd)->protection != qp->pd->protection) /* C10-72 */
 			return false;
 		if (!w->bind_len)               /* o10-37.2.40: no zero-length type 2 bind */
 			return false;
 	}
 	if (!w->bind_len)
 		return true;                    /* type 1: unbinds */
-	if (!mr || mr->ibv.pd != mw->ibv.pd)
+	if (!mr || to_upd(mr->ibv.pd)->protection != to_upd(mw->ibv.pd)->protection)
 		return false;                   /* the MR and the window share a PD */
 	if (mr->access & IBV_ACCESS_ZERO_BASED)
 		return false;                   /* rxe: no window on a zero-based MR */
@@ -74,10 +74,13 @@ static bool bind_ok(const struct uroce_qp *qp, const struct uroce_mw *mw, const 
 
 static enum ibv_wc_status mw_bind(struct uroce_qp *qp, struct uroce_send_wqe *w)
 {
-	struct uroce_mw *mw = w->bind_mw ? to_umw(w->bind_mw) : NULL;
+	/* the window by its key's index (the new rkey differs only in its low
+	 * 8 bits), never through the WR's pointer: a window deallocated after
+	 * the post is gone from the table (obj/mw.c fences the requester) */
+	struct uroce_mw *mw = mem_mw_slot(w->rkey);
 	struct uroce_mr *mr = w->bind_len ? mr_get(qp->dev, w->bind_lkey) : NULL;
 
-	if (!mw)
+	if (!mw || &mw->ibv != w->bind_mw)
 		return IBV_WC_MW_BIND_ERR;
 	pthread_spin_lock(&mw->lock);
 	if (!bind_ok(qp, mw, w, mr)) {
@@ -111,7 +114,7 @@ static enum ibv_wc_status mw_bind(struct uroce_qp *qp, struct uroce_send_wqe *w)
  * for a remote invalidation one bound to this QP.  rxe checks neither the
  * PD nor the QP (rxe_check_invalidate_mw); IBA 10.6.7.2.6 asks for both,
  * and without them any peer could revoke another QP's windows. */
-static bool mw_invalidate(struct uroce_qp *qp, uint32_t rkey, bool remote)
+static bool mw_invalidate(struct uroce_qp *qp, struct uroce_pd *pd, uint32_t rkey, bool remote)
 {
 	struct uroce_mw *mw = mem_mw_slot(rkey);
 	bool ok;
@@ -120,7 +123,7 @@ static bool mw_invalidate(struct uroce_qp *qp, uint32_t rkey, bool remote)
 		return false;
 	pthread_spin_lock(&mw->lock);
 	ok = mw->key == rkey && mw->ibv.type == IBV_MW_TYPE_2 && mw->state == MW_VALID &&
-	     to_upd(mw->ibv.pd) == qp->pd && (!remote || (mw->qp == qp && mw->qpn == qp->qpn));
+	     pd && to_upd(mw->ibv.pd)->protection == pd->protection && (!remote || (mw->qp == qp && mw->qpn == qp->qpn));
 	if (ok) {
 		mw_unbind(mw);
 		mw->state = MW_FREE;
@@ -135,12 +138,12 @@ enum ibv_wc_status mw_local_op(struct uroce_qp *qp, struct uroce_send_wqe *w)
 		return mw_bind(qp, w);
 	/* LOCAL_INV: uroce has no fast-registration MRs, so only a window's
 	 * key can be invalidated (rxe: LOC_QP_OP_ERR otherwise) */
-	return mw_invalidate(qp, w->imm_data, false) ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
+	return mw_invalidate(qp, qp->pd, w->imm_data, false) ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
 }
 
-bool mw_invalidate_remote(struct uroce_qp *qp, uint32_t rkey)
+bool mw_invalidate_remote(struct uroce_qp *qp, struct uroce_pd *pd, uint32_t rkey)
 {
-	return mw_invalidate(qp, rkey, true);
+	return mw_invalidate(qp, pd, rkey, true);
 }
 
 /* The window check (rxe_lookup_mw, then the MR's range as it is now: a

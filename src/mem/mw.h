@@ -51,7 +51,7 @@ enum ibv_wc_status mw_local_op(struct uroce_qp *qp, struct uroce_send_wqe *w);
 
 /* Remote invalidation (SEND_WITH_INVALIDATE's IETH), at the responder:
  * false when the rkey names no window this QP may invalidate. */
-bool mw_invalidate_remote(struct uroce_qp *qp, uint32_t rkey);
+bool mw_invalidate_remote(struct uroce_qp *qp, struct uroce_pd *pd, uint32_t rkey);
 
 /* The responder's key check: an rkey naming a window is checked against
  * the window (state, `pd` -- the QP's, or an XRC TGT's SRQ's --, QP for type 2,

@@ -65,13 +65,16 @@ struct ibv_dm *uroce_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr 
 	} while (!atomic_compare_exchange_weak(&dm_used, &used, used + len));
 	dm = calloc(1, sizeof(*dm));
 	size_t align = (size_t)1 << (attr->log_align_req < 6 ? 6 : attr->log_align_req);
-	if (!dm || posix_memalign((void **)&dm->mem, align, len)) {
+	/* a spare word past the end: an empty DM MR registers one byte
+	 * (uroce_reg_dm_mr), which stays inside the allocation even at an
+	 * offset of the DM's whole length */
+	if (!dm || posix_memalign((void **)&dm->mem, align, len + 4)) {
 		free(dm);
 		atomic_fetch_sub(&dm_used, len);
 		errno = ENOMEM;
 		return NULL;
 	}
-	memset(dm->mem, 0, len);
+	memset(dm->mem, 0, len + 4);
 	dm->length = len;
 	dm->ibv.context = ctx;
 	dm->ibv.memcpy_to_dm = dm_memcpy_to;

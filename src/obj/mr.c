@@ -134,15 +134,20 @@ struct ibv_mr *uroce_reg_mr_iova(struct ibv_pd *ibpd, void *addr, size_t length,
  * Called and returns with rx_lock held, so the caller can change the MR and
  * publish it again before any packet sees it.  O(QPs), as mlx5's dereg is
  * a command to the device; nothing on the fast path pays for it. */
-static void mr_unpublish_fenced(struct uroce_dev *dev, struct uroce_mr *mr)
+void obj_fence_executions(struct uroce_dev *dev)
 {
-	mem_mr_unpublish(mr);
 	pthread_mutex_lock(&dev->lock);
 	for (struct uroce_qp *qp = dev->qp_list; qp; qp = qp->next_in_dev) {
 		pthread_mutex_lock(&qp->lock);
 		pthread_mutex_unlock(&qp->lock);
 	}
 	pthread_mutex_unlock(&dev->lock);
+}
+
+static void mr_unpublish_fenced(struct uroce_dev *dev, struct uroce_mr *mr)
+{
+	mem_mr_unpublish(mr);
+	obj_fence_executions(dev);
 }
 
 /* ibv_dereg_mr(3) while work requests still name the MR returns 0 (rxe and
@@ -161,6 +166,13 @@ int uroce_dereg_mr(struct ibv_mr *ibmr)
 		return EINVAL;
 	}
 	mr_unpublish_fenced(dev, mr);
+	/* a bind that found the MR before it left the table has run by now
+	 * (the fence); after it none can, so the count can only fall */
+	if (atomic_load(&mr->nmw)) {
+		mem_mr_publish(mr);
+		pthread_mutex_unlock(&dev->rx_lock);
+		return EINVAL;
+	}
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmr->pd)->refcnt, 1);
 	if (mr->dm)
@@ -248,6 +260,12 @@ int uroce_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	mr_unpublish_fenced(dev, mr);
+	if (atomic_load(&mr->nmw)) {  /* a bind raced the check: see dereg */
+		mem_mr_publish(mr);
+		pthread_mutex_unlock(&dev->rx_lock);
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->ibv.addr = addr;
 		mr->ibv.length = length;

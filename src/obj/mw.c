@@ -45,8 +45,12 @@ int uroce_dealloc_mw(struct ibv_mw *ibmw)
 	struct uroce_mw *mw = to_umw(ibmw);
 	struct uroce_dev *dev = to_uctx(ibmw->context)->dev;
 
+	/* out of the table, then fenced as a deregistered MR is (obj/mr.c):
+	 * a BIND or LOCAL_INV the requester runs under qp->lock alone finds
+	 * the window by its key's index, so after the fence none can use it */
 	pthread_mutex_lock(&dev->rx_lock);
 	mem_mw_unpublish(mw->key);
+	obj_fence_executions(dev);
 	mw_release(mw);
 	pthread_mutex_unlock(&dev->rx_lock);
 	atomic_fetch_sub(&to_upd(ibmw->pd)->refcnt, 1);

@@ -57,6 +57,10 @@ int uroce_get_srq_num(struct ibv_srq *srq, uint32_t *num);
 struct ibv_qp *uroce_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr);
 /* An XRC SRQ being destroyed leaves its number (0, or EBUSY). */
 int xrc_srq_unpublish(struct uroce_srq *srq);
+/* After a key left the table (under dev->rx_lock, held): wait until no
+ * requester can still be using what it named, by taking and releasing
+ * every QP's lock once (obj/mr.c; "Where memory is checked, and when"). */
+void obj_fence_executions(struct uroce_dev *dev);
 
 /* A receive queue's storage: max_wr WQEs of max_sge segments each (srq.c). */
 int rq_init(struct uroce_rq *rq, uint32_t max_wr, uint32_t max_sge);

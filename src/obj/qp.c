@@ -377,7 +377,8 @@ static int check_path_mtu(struct uroce_qp *qp, const struct ibv_qp_attr *a, int 
 	static atomic_bool told;
 	struct uroce_dev *dev = qp->dev;
 
-	if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) || next < IBV_QPS_RTR || next == IBV_QPS_ERR ||
+	if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC && qp->type != IBV_QPT_XRC_SEND &&
+	     qp->type != IBV_QPT_XRC_RECV) || next < IBV_QPS_RTR || next == IBV_QPS_ERR ||
 	    !(mask & (IBV_QP_PATH_MTU | IBV_QP_AV)))
 		return 0;
 	enum ibv_mtu pm = (mask & IBV_QP_PATH_MTU) ? a->path_mtu : qp->attr.path_mtu;
@@ -489,8 +490,11 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 				 * completions of this QP not yet polled leave its CQs
 				 * (mlx5_cq_clean; with an SRQ only this QP's) */
 				qp_reset(qp);
-				cq_purge_qp(qp->send_cq, qp->qpn);
-				if (qp->recv_cq != qp->send_cq)
+				/* an XRC INI QP has no receive CQ, a TGT QP neither
+				 * (its completions went to its SRQs' CQs) */
+				if (qp->send_cq)
+					cq_purge_qp(qp->send_cq, qp->qpn);
+				if (qp->recv_cq && qp->recv_cq != qp->send_cq)
 					cq_purge_qp(qp->recv_cq, qp->qpn);
 			}
 			break;

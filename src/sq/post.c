@@ -83,7 +83,9 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		    (bi->mr && bi->mr->context != qp->ibv.qp_base.context))
 			return EINVAL;
 		w->bind_mw = wr->bind_mw.mw;
-		w->rkey = wr->bind_mw.rkey;
+		/* the consumer's 8 bits of the new key on the window's own
+		 * index: the requester finds the window by it (mem/mw.c) */
+		w->rkey = (wr->bind_mw.mw->rkey & ~0xFFu) | (wr->bind_mw.rkey & 0xFFu);
 		w->bind_lkey = bi->mr ? bi->mr->lkey : 0;
 		w->remote_addr = bi->addr;
 		w->bind_len = bi->mr ? bi->length : 0;

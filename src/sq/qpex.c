@@ -24,6 +24,7 @@
  *   (ibv_wr_post(3): "the entire posting will be aborted").
  * - wr_abort drops the batch. */
 #include "sq.h"
+#include "../core/wr.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,32 +43,32 @@ struct uroce_qpex {
 	uint8_t *inl;               /* cap x inl_size */
 };
 
-/* The builders each QP type takes (ibv_wr_post(3)'s table; UC as rxe's
- * provider: no READ, atomics or SEND with invalidate).  BIND_MW and
- * LOCAL_INV are accepted: their WRs take the ibv_post_send path of
- * IBV_WR_BIND_MW / IBV_WR_LOCAL_INV, which answers them as it does today.
- * TSO is a raw packet QP's only. */
-#define QPEX_RC_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-		     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-		     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | \
-		     IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE)
-#define QPEX_UC_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-		     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW)
-#define QPEX_UD_OPS (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
+/* The builders each QP type takes: those whose work-request opcode the QP
+ * type takes in ibv_post_send (core/wr.h, the one table of which opcode
+ * goes with which QP type), so a QP is never created with a builder its
+ * wr_complete would refuse.  TSO is a raw packet QP's only. */
+static const struct { uint64_t flag; enum ibv_wr_opcode op; } qpex_builders[] = {
+	{ IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE },
+	{ IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM },
+	{ IBV_QP_EX_WITH_SEND, IBV_WR_SEND },
+	{ IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM },
+	{ IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ },
+	{ IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP },
+	{ IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD },
+	{ IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV },
+	{ IBV_QP_EX_WITH_BIND_MW, IBV_WR_BIND_MW },
+	{ IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV },
+	{ IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_WR_ATOMIC_WRITE },
+};
 
 static uint64_t qpex_ops_of(enum ibv_qp_type t)
 {
-	switch (t) {
-	case IBV_QPT_RC:
-	case IBV_QPT_XRC_SEND:  /* XRC takes RC's operations (IBA 9.8) */
-		return QPEX_RC_OPS;
-	case IBV_QPT_UC:
-		return QPEX_UC_OPS;
-	case IBV_QPT_UD:
-		return QPEX_UD_OPS;
-	default:
-		return 0;
-	}
+	uint64_t ops = 0;
+
+	for (size_t i = 0; i < sizeof(qpex_builders) / sizeof(qpex_builders[0]); i++)
+		if (wr_allowed(qpex_builders[i].op, t))
+			ops |= qpex_builders[i].flag;
+	return ops;
 }
 
 static struct uroce_qp *qp_of(struct ibv_qp_ex *q) { return container_of(q, struct uroce_qp, ibv); }

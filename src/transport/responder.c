@@ -166,7 +166,7 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		 * error -- rxe completes the receive REM_INV_REQ_ERR and the QP
 		 * enters ERR; the requester is told by an invalid request NAK */
 		if ((pkt->mask & OPF_IETH) &&
-		    !mw_invalidate_remote(qp, ieth_rkey(pkt->bth + opinfo(pkt->opcode)->off_ieth))) {
+		    !mw_invalidate_remote(qp, resp_pd(qp), ieth_rkey(pkt->bth + opinfo(pkt->opcode)->off_ieth))) {
 			complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, NULL, false);
 			return RV_INV_REQ;
 		}
@@ -433,14 +433,20 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
  * (rxe has no XRC; the rxe XRC series drops such packets instead).  The
  * lookup is a lock-free table read: SRQs are unpublished under rx_lock,
  * which the caller holds. */
-static void xrc_pick_srq(struct uroce_qp *qp, struct uroce_pkt *pkt)
+static bool xrc_pick_srq(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint32_t srqn = xrceth_srqn(pkt->bth + opinfo(pkt->opcode)->off_xrceth);
 	struct uroce_srq *srq = srqn ? dev_lookup_srq(qp->dev, srqn) : NULL;
 
 	if (srq && (!srq->xrcd || !qp->xrcd || srq->xrcd->dom != qp->xrcd->dom))
 		srq = NULL;
+	/* A message under way keeps the SRQ its FIRST packet chose: its
+	 * receive WQE came from there, and is completed or flushed there.
+	 * A later packet naming another one is refused like a bad number. */
+	if (qp->resp.in_send || qp->resp.in_write)
+		return qp->resp.xrc_srq && srq == qp->resp.xrc_srq;
 	qp->resp.xrc_srq = srq;
+	return srq != NULL;
 }
 
 void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
@@ -454,8 +460,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		dev_count(qp->dev, UC_drop_qp_state, 1);
 		return;
 	}
-	if (qp->type == IBV_QPT_XRC_RECV)
-		xrc_pick_srq(qp, pkt);
+	bool xrc_ok = qp->type != IBV_QPT_XRC_RECV || xrc_pick_srq(qp, pkt);
 	d = psn_cmp(pkt->psn, qp->resp.epsn);
 	if (qp->type == IBV_QPT_UC) {
 		/* UC (§6.7): on a gap drop the message, resync on FIRST/ONLY */
@@ -489,8 +494,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	/* opcode sequence: a message in progress continues, otherwise a new
 	 * one starts (IBA 9.8.3.1; rxe check_op_seq) */
 	bool starts = pkt->mask & OPF_FIRST;
-	if (qp->type == IBV_QPT_XRC_RECV && !qp->resp.xrc_srq)
-		v = RV_ACCESS;  /* no XRC SRQ of this domain by that number: see xrc_pick_srq */
+	if (!xrc_ok)
+		v = RV_ACCESS;  /* no XRC SRQ of this domain by that number, or another than the message's: xrc_pick_srq */
 	else if ((qp->resp.in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
 	    (qp->resp.in_write && (!(pkt->mask & OPF_WRITE) || starts)) ||
 	    (!qp->resp.in_send && !qp->resp.in_write && !starts))

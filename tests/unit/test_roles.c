@@ -2401,6 +2401,42 @@ static void test_mw_bind_refused(void)
 	CHECK(!uroce_alloc_mw(pd, (enum ibv_mw_type)3) && errno == EINVAL, "a type 3 window not refused EINVAL");
 }
 
+/* A BIND_MW still queued (the QP in SQD starts no new WQE) when its
+ * window is deallocated: the requester finds the window gone from the key
+ * table and completes the bind MW_BIND_ERR, never touching the freed
+ * window (ASan saw the use after free before obj/mw.c fenced dealloc). */
+static void test_mw_dealloc_with_bind_queued(void)
+{
+	struct mwfix f;
+	struct ibv_wc wc[2];
+	if (!mw_up(&f, DST_MW_ACCESS))
+		goto out;
+	struct ibv_mw *mw = uroce_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw, "alloc MW type 2");
+	if (!mw)
+		goto out;
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_SQD };
+	CHECK(uroce_modify_qp(f.b.qp, &at, IBV_QP_STATE) == 0, "b to SQD");
+	struct ibv_send_wr wr = { .wr_id = 0xb2, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){ .mr = f.dst.mr, .addr = f.dst.iova + MW_OFF,
+							  .length = MW_LEN, .mw_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	CHECK(uroce_post_send(f.b.qp, &wr, &bad) == 0, "post BIND_MW in SQD");
+	CHECK(cq_take(f.b.scq, wc, 2) == 0, "the bind ran in SQD");
+	CHECK(uroce_dealloc_mw(mw) == 0, "dealloc the window a queued bind names");
+	at.qp_state = IBV_QPS_RTS;
+	CHECK(uroce_modify_qp(f.b.qp, &at, IBV_QP_STATE) == 0, "b back to RTS");
+	int n = cq_take(f.b.scq, wc, 2);
+	CHECK(n == 1, "%d completions of the queued bind, want 1", n);
+	if (n == 1)
+		check_wc(&wc[0], 0xb2, IBV_WC_MW_BIND_ERR, IBV_WC_BIND_MW, f.b.qpn, "bind of a deallocated window");
+	CHECK(uroce_dereg_mr(f.dst.mr) == 0, "the MR is not held by the failed bind");
+	f.dst.mr = NULL;
+out:
+	mw_down(&f);
+}
+
 /* ------------------------------------------------------------ main */
 
 static bool setup(void)
@@ -3188,6 +3224,7 @@ int main(void)
 		{ "windows: unbound type 1 refused", test_mw_type1_unbound },
 		{ "windows: SEND_WITH_INV of a type 1 window: REM_INV_REQ_ERR", test_mw_send_inv_type1 },
 		{ "windows: binds the MR does not allow: MW_BIND_ERR", test_mw_bind_refused },
+		{ "windows: dealloc with a bind queued: MW_BIND_ERR", test_mw_dealloc_with_bind_queued },
 		{ "XRC: a SEND lands in the XRC SRQ its XRCETH names", test_xrc_tgt_send },
 		{ "XRC: WRITE and READ through a TGT QP, the SRQ's PD", test_xrc_tgt_write_read },
 		{ "XRC: an XRCETH naming no SRQ is NAKed 0x62", test_xrc_no_such_srq },

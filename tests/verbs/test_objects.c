@@ -2717,6 +2717,13 @@ static void g_xrc(void)
 			      "expected RTS got %d", query_state(tgt));
 		}
 	}
+	/* to RESET purges a QP's completions from its CQs: an INI QP has no
+	 * receive CQ and a TGT QP neither (both crashed there once) */
+	{
+		struct ibv_qp_attr ra = { .qp_state = IBV_QPS_RESET };
+		expect_ret("ini_qp_to_reset", 0, ibv_modify_qp(ini, &ra, IBV_QP_STATE));
+		expect_ret("tgt_qp_to_reset", 0, ibv_modify_qp(tgt, &ra, IBV_QP_STATE));
+	}
 	expect_ret("ini_qp_destroy", 0, ibv_destroy_qp(ini));
 	ini = NULL;
 	expect_ret("tgt_qp_destroy", 0, ibv_destroy_qp(tgt));
