@@ -76,7 +76,10 @@ def table(text):
         if not seen:
             continue
         f = line.split()
-        if f and all(re.fullmatch(r'[0-9.]+', x) for x in f) and len(f) >= 3:
+        # perftest prints t_stdev as -nan when its variance sum goes
+        # negative by rounding (a spread of latencies over a stalled
+        # host): the row is a result all the same
+        if f and all(re.fullmatch(r'[0-9.]+|-?nan', x) for x in f) and len(f) >= 3:
             rows.append([float(x) for x in f])
         elif f and f[0].startswith('---') and rows:
             break
