@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,14 +252,17 @@ void shm_sweep_stale_regions(void)
 	while ((e = readdir(d))) {
 		if (strncmp(e->d_name, "uroce-rx.", 9))
 			continue;
-		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* O_NONBLOCK: a FIFO planted at such a name does not hang us */
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue;
-		/* free lock: its owner is gone (a region is locked before it
-		 * has a name); and the name is still that file's, not a live
-		 * region renamed onto it meanwhile */
+		/* only our own user's regular files: another user's name is not
+		 * ours to remove (root could).  Free lock: its owner is gone (a
+		 * region is locked before it has a name); and the name is still
+		 * that file's, not a live region renamed onto it meanwhile */
 		struct stat a, b;
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+		if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == geteuid() &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
 		    fstatat(dirfd(d), e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino)
 			unlinkat(dirfd(d), e->d_name, 0);
 		close(fd);
@@ -269,7 +273,7 @@ void shm_sweep_stale_regions(void)
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
-	char tmp[112];
+	char tmp[136];
 	void *m = MAP_FAILED;
 
 	if (!rx)
@@ -302,7 +306,12 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	 * by a process that died is replaced whole */
 	char fdpath[32];
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rx->fd);
-	snprintf(tmp, sizeof(tmp), "%s.%d", rx->path, (int)getpid());
+	/* a random temporary name: one planted in advance would refuse the
+	 * link (linkat neither follows nor replaces) and cost us the rings */
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		goto fail;
+	snprintf(tmp, sizeof(tmp), "%s.%d.%016llx", rx->path, (int)getpid(), (unsigned long long)r);
 	if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
 		goto fail;
 	if (rename(tmp, rx->path) < 0) {

@@ -628,7 +628,11 @@ static void test_foreign_sigbus(void)
 	}
 	int status = 0;
 	waitpid(child, &status, 0);
-	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "a foreign SIGBUS kills (status %#x)", status);
+	/* under ASan its handler, installed before ours, gets the fault and
+	 * exits 1 after its report: chained to, as an application's would be */
+	bool chained = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+	CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) || chained,
+	      "a foreign SIGBUS kills, or reaches the handler before ours (status %#x)", status);
 }
 
 int main(void)
