@@ -84,7 +84,8 @@ struct shm_rx {
 	struct shm_region *r;
 	int fd;                          /* holds the owner's lock */
 	int slot;                        /* the mapping's guard (shm_guard_add) */
-	bool dead;                       /* truncated under us: not read again */
+	atomic_bool dead;                /* truncated under us: not read again (the engine's
+					  * sleep flag reads it outside rx_lock) */
 	char path[96];
 	uint8_t gid[16];
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */

@@ -24,8 +24,8 @@
 /* The PID is alive: is it another process than the page's?  Yes if the
  * page is older than a few seconds (not one being set up right now) and the
  * process does not map it; no when that cannot be told.  The mapping is
- * found by its inode: a page is mapped before it has a name
- * (stats_page_open), so /proc/PID/maps does not show the name. */
+ * found by its inode, whatever name /proc/PID/maps shows for it (a page
+ * made with O_TMPFILE may show as "/dev/shm/#<inode> (deleted)"). */
 static bool pid_reused(long pid, const char *name, int dfd)
 {
 	struct stat st;
@@ -133,10 +133,21 @@ struct uroce_stats_page *stats_page_open(char path[64], unsigned mode)
 	/* made unnamed (mode 0600 whatever the umask, then the configured
 	 * one, never writable by others), named only once it is sized */
 	int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd >= 0 && fchmod(fd, mode & 0644) == 0 && ftruncate(fd, sizeof(*s)) == 0)
-		p = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p != MAP_FAILED)
+	if (fd >= 0 && fchmod(fd, mode & 0644) == 0 && ftruncate(fd, sizeof(*s)) == 0) {
 		page_publish(fd, path);
+		/* mapped through its name, so that /proc/PID/maps shows it: the
+		 * sweeps of earlier uroce versions (on the same host) look for
+		 * the name there, and would take the page for a reused PID's */
+		int nfd = path[0] ? open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+		struct stat a, b;
+		if (nfd >= 0 && fstat(nfd, &a) == 0 && fstat(fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+			close(fd);
+			fd = nfd;
+		} else if (nfd >= 0) {
+			close(nfd);
+		}
+		p = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	}
 	if (fd >= 0)
 		close(fd);
 	if (p == MAP_FAILED) {
