@@ -145,44 +145,50 @@ static const char *gid_str(const uint8_t *g, char *buf, size_t n)
 
 typedef int (*for_each_fn)(const struct uroce_stats_page *s, void *arg);
 
-/* Walk /dev/shm/uroce.<pid> pages of live processes. */
+/* Walk the /dev/shm/uroce.<pid> (or uroce.<pid>.<hex>) pages of live
+ * processes.  A page is trusted only if it is a regular file of the
+ * process's own user that nobody else may write, of exactly a page's size,
+ * and it is read by copy, not mapped: a file that shrinks under us costs a
+ * short read, not a SIGBUS (issue 13). */
 static int for_each_process(for_each_fn fn, void *arg, int only_pid)
 {
 	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
+	struct uroce_stats_page *s = malloc(sizeof(*s));
 	int n = 0;
 
-	if (!d)
+	if (!d || !s) {
+		if (d)
+			closedir(d);
+		free(s);
 		return 0;
+	}
 	while ((e = readdir(d))) {
 		int pid;
 		if (sscanf(e->d_name, "uroce.%d", &pid) != 1)
 			continue;
 		if (only_pid && pid != only_pid)
 			continue;
-		if (kill(pid, 0) < 0 && errno == ESRCH)
-			continue; /* a process that died without cleaning up */
 		char path[300];
-		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat proc, st;
+		snprintf(path, sizeof(path), "/proc/%d", pid);
+		if (stat(path, &proc) < 0)
+			continue; /* a process that died without cleaning up */
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue;
-		struct stat st;
-		if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct uroce_stats_page)) {
-			close(fd);
-			continue;
-		}
-		const struct uroce_stats_page *s = mmap(NULL, sizeof(*s), PROT_READ, MAP_SHARED, fd, 0);
+		bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == proc.st_uid &&
+			  !(st.st_mode & 022) && (size_t)st.st_size == sizeof(*s) &&
+			  pread(fd, s, sizeof(*s), 0) == (ssize_t)sizeof(*s);
 		close(fd);
-		if (s == MAP_FAILED)
-			continue;
-		if (s->magic == UROCE_STATS_MAGIC && s->version == UROCE_STATS_VERSION) {
+		if (ok && s->magic == UROCE_STATS_MAGIC && s->version == UROCE_STATS_VERSION) {
+			s->cmdline[sizeof(s->cmdline) - 1] = 0;
 			fn(s, arg);
 			n++;
 		}
-		munmap((void *)s, sizeof(*s));
 	}
 	closedir(d);
+	free(s);
 	return n;
 }
 

@@ -69,7 +69,7 @@ static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bo
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
 	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
 	rc = dev->rx_pkts && dev->acks_owed ? uroce_config_load(&dev->cfg) : -ENOMEM;
-	if (rc == 0 && !(dev->stats = stats_page_open(dev->stats_path)))
+	if (rc == 0 && !(dev->stats = stats_page_open(dev->stats_path, dev->cfg.stats_mode)))
 		rc = -ENOMEM;
 	if (rc == 0) {
 		dev->net = backend ? net_create_backend(&dev->cfg, dev->stats, backend)

@@ -199,9 +199,19 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		for (int i = 0; i < n; i++)
 			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
 				       msgs[i].iov, msgs[i].iovcnt);
-	if (flow->ring && !memcmp(dgid, flow->peer, 16))
-		sent = net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake);
-	else
+	bool on_ring = flow->ring && !memcmp(dgid, flow->peer, 16);
+	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;
+	if (on_ring && sent == -EPIPE) {
+		/* its ring died under it (a peer truncated the region: shm.c,
+		 * "Truncation"): the flow goes by UDP for the rest of its life.
+		 * What the ring held is lost, as on a full socket; RC resends
+		 * it, and the dead ring is never read again, so nothing that
+		 * went into it overtakes what follows */
+		net->ring.ops->flow_close(flow->ring);
+		flow->ring = NULL;
+		wake = false;
+	}
+	if (sent == -EPIPE)
 		sent = net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake);
 	if (wake)
 		ring_doorbell(net, flow, dgid);

@@ -18,6 +18,7 @@
 struct ring_priv {
 	struct shm_rx *rx[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
 	int n;
+	bool told[UROCE_MAX_GIDS];          /* its truncation is counted */
 	struct uroce_stats_page *stats;
 };
 
@@ -104,6 +105,10 @@ static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8
 
 	(void)dgid;  /* the ring's peer (net.c sends nothing else here) */
 	int sent = shm_tx_send(f->tx, f->sgid, f->sport, tos, msgs, n, &doorbell);
+	if (sent < 0) {
+		UROCE_COUNT(f->stats, UC_shm_truncated, 1);
+		return sent;  /* -EPIPE: net.c closes the flow's ring and sends by UDP */
+	}
 	UROCE_COUNT(f->stats, UC_shm_packets_tx, (uint64_t)sent);
 	if (sent < n)
 		UROCE_COUNT(f->stats, UC_shm_ring_full, (uint64_t)(n - sent));
@@ -118,8 +123,13 @@ static int ring_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max
 	int got = 0;
 
 	for (int k = 0; k < p->n; k++) {
-		if (!shm_rx_active(p->rx[k]))
+		if (!shm_rx_active(p->rx[k])) {
+			if (shm_rx_truncated(p->rx[k]) && !p->told[k]) {
+				p->told[k] = true;
+				UROCE_COUNT(p->stats, UC_shm_truncated, 1);
+			}
 			continue;
+		}
 		uint64_t bad = 0;
 		int room = max - got;
 		if (room <= 0) {

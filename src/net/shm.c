@@ -26,6 +26,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +83,9 @@ _Static_assert(SHM_PKT_MAX >= 4096 + 64 + 4 + 3, "a record holds a packet at MTU
 struct shm_rx {
 	struct shm_region *r;
 	int fd;                          /* holds the owner's lock */
+	int slot;                        /* the mapping's guard (shm_guard_add) */
+	atomic_bool dead;                /* truncated under us: not read again (the engine's
+					  * sleep flag reads it outside rx_lock) */
 	char path[96];
 	uint8_t gid[16];
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
@@ -97,7 +103,115 @@ struct shm_tx {
 	unsigned idx;
 	uint32_t head, tail_seen;
 	int fd;
+	int slot_hdr, slot_ring;         /* the mappings' guards (shm_guard_add) */
 };
+
+/* Truncation (issue 13).  A region is a file that every process of its
+ * user may open, so a peer can ftruncate it under us: an access to a page
+ * past the new end raises SIGBUS, in the consumer's poll and in a
+ * producer's copy.  (Seals would refuse the truncation, but only a memfd
+ * takes them, and a memfd has no name a peer of another PID namespace
+ * could rendezvous at.)  So every mapping of a region is registered here,
+ * and a SIGBUS whose address lies in one makes that mapping dead: the
+ * handler maps anonymous zero pages over the whole of it and returns, the
+ * faulting access completes on them (reads of zero find no record; writes
+ * go nowhere), and its user sees `dead` after the access and abandons the
+ * mapping -- the consumer stops reading its region and truncates it to 0
+ * so that every producer faults too (shm_rx_poll), a producer's flow goes
+ * on by UDP (net.c).  No sigsetjmp on the fast path: the check is one
+ * load of the dead flag after each call.  A SIGBUS at any other address
+ * goes to the handler that was installed before ours (or the default
+ * action), so an application's own faults are its own as before.  An
+ * application that installs a SIGBUS handler after ours takes these
+ * faults away from us (README "Security model"). */
+#define SHM_MAPS_MAX (2 * 16384 + 64)  /* two per producer (header, ring) on every QP, a region per address */
+struct shm_map {
+	_Atomic uintptr_t lo, hi;      /* [lo, hi), lo 0: a free slot */
+	_Atomic int dead;
+};
+static struct shm_map shm_maps[SHM_MAPS_MAX];
+static _Atomic unsigned shm_maps_used;   /* slots below this may be in use */
+static struct sigaction shm_old_bus;
+static pthread_once_t shm_guard_once = PTHREAD_ONCE_INIT;
+
+static void shm_on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	unsigned n = atomic_load(&shm_maps_used);
+
+	for (unsigned i = 0; si->si_code > 0 && i < n; i++) {
+		uintptr_t lo = atomic_load(&shm_maps[i].lo), hi = atomic_load(&shm_maps[i].hi);
+		if (!lo || a < lo || a >= hi)
+			continue;
+		atomic_store(&shm_maps[i].dead, 1);
+		/* mmap is a system call, safe in a handler (not in POSIX's list,
+		 * but it takes no user-space lock) */
+		if (mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+		    MAP_FAILED)
+			return;
+		break;
+	}
+	if (shm_old_bus.sa_flags & SA_SIGINFO) {
+		if (shm_old_bus.sa_sigaction) {
+			shm_old_bus.sa_sigaction(sig, si, uc);
+			return;
+		}
+	} else if (shm_old_bus.sa_handler != SIG_DFL && shm_old_bus.sa_handler != SIG_IGN) {
+		shm_old_bus.sa_handler(sig);
+		return;
+	} else if (shm_old_bus.sa_handler == SIG_IGN && si->si_code <= 0) {
+		return;  /* a SIGBUS sent by kill(), which the application ignores */
+	}
+	/* the default action: a fault re-raises on return, a sent signal is
+	 * raised again (blocked here, delivered on return) */
+	signal(SIGBUS, SIG_DFL);
+	if (si->si_code <= 0)
+		raise(SIGBUS);
+}
+
+static void shm_guard_install(void)
+{
+	struct sigaction sa = { .sa_sigaction = shm_on_sigbus, .sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &shm_old_bus);
+}
+
+/* Registers [p, p + len): a slot, or -1 when none is free (the caller then
+ * does without the mapping). */
+static int shm_guard_add(void *p, size_t len)
+{
+	pthread_once(&shm_guard_once, shm_guard_install);
+	for (unsigned i = 0; i < SHM_MAPS_MAX; i++) {
+		uintptr_t free_lo = 0;
+		if (atomic_load(&shm_maps[i].lo) ||
+		    !atomic_compare_exchange_strong(&shm_maps[i].lo, &free_lo, (uintptr_t)1))
+			continue;
+		/* lo before hi: the handler never sees a range wider than this */
+		atomic_store(&shm_maps[i].dead, 0);
+		atomic_store(&shm_maps[i].lo, (uintptr_t)p);
+		atomic_store(&shm_maps[i].hi, (uintptr_t)p + len);
+		unsigned used = atomic_load(&shm_maps_used);
+		while (used < i + 1 && !atomic_compare_exchange_weak(&shm_maps_used, &used, i + 1))
+			;
+		return (int)i;
+	}
+	return -1;
+}
+
+/* Before the mapping is unmapped: its range may be reused by anyone. */
+static void shm_guard_del(int slot)
+{
+	if (slot < 0)
+		return;
+	atomic_store(&shm_maps[slot].hi, 0);
+	atomic_store(&shm_maps[slot].lo, 0);
+}
+
+static bool shm_guard_dead(int slot)
+{
+	return atomic_load_explicit(&shm_maps[slot].dead, memory_order_relaxed) != 0;
+}
 
 /* Regions are per network namespace: an address means a socket of this
  * namespace only (a veth peer in another one is reached by UDP). */
@@ -139,14 +253,17 @@ void shm_sweep_stale_regions(void)
 	while ((e = readdir(d))) {
 		if (strncmp(e->d_name, "uroce-rx.", 9))
 			continue;
-		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* O_NONBLOCK: a FIFO planted at such a name does not hang us */
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue;
-		/* free lock: its owner is gone (a region is locked before it
-		 * has a name); and the name is still that file's, not a live
-		 * region renamed onto it meanwhile */
+		/* only our own user's regular files: another user's name is not
+		 * ours to remove (root could).  Free lock: its owner is gone (a
+		 * region is locked before it has a name); and the name is still
+		 * that file's, not a live region renamed onto it meanwhile */
 		struct stat a, b;
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+		if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == geteuid() &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
 		    fstatat(dirfd(d), e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino)
 			unlinkat(dirfd(d), e->d_name, 0);
 		close(fd);
@@ -157,12 +274,13 @@ void shm_sweep_stale_regions(void)
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
-	char tmp[112];
+	char tmp[136];
 	void *m = MAP_FAILED;
 
 	if (!rx)
 		return NULL;
 	rx->fd = -1;
+	rx->slot = -1;
 	if (region_path(gid, rx->path, sizeof(rx->path)) < 0)
 		goto fail;
 	/* made unnamed and locked, so that no sweep takes it for a dead
@@ -175,7 +293,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 		goto fail;
 	m = mmap(NULL, SHM_REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rx->fd, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
-	if (m == MAP_FAILED || !rx->bufs)
+	if (m == MAP_FAILED || !rx->bufs || (rx->slot = shm_guard_add(m, SHM_REGION_BYTES)) < 0)
 		goto fail;
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
@@ -189,7 +307,12 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	 * by a process that died is replaced whole */
 	char fdpath[32];
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rx->fd);
-	snprintf(tmp, sizeof(tmp), "%s.%d", rx->path, (int)getpid());
+	/* a random temporary name: one planted in advance would refuse the
+	 * link (linkat neither follows nor replaces) and cost us the rings */
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		goto fail;
+	snprintf(tmp, sizeof(tmp), "%s.%d.%016llx", rx->path, (int)getpid(), (unsigned long long)r);
 	if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
 		goto fail;
 	if (rename(tmp, rx->path) < 0) {
@@ -198,6 +321,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	}
 	return rx;
 fail:
+	shm_guard_del(rx->slot);
 	if (m != MAP_FAILED)
 		munmap(m, SHM_REGION_BYTES);
 	if (rx->fd >= 0)
@@ -221,20 +345,49 @@ void shm_rx_close(struct shm_rx *rx)
 
 	if (!rx)
 		return;
-	__atomic_store_n(&rx->r->magic, 0, __ATOMIC_RELEASE);
+	if (!rx->dead)
+		__atomic_store_n(&rx->r->magic, 0, __ATOMIC_RELEASE);
 	/* the name may already be another live owner's (ours died and was
 	 * replaced): remove only our own file */
-	if (stat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino)
+	if (lstat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
 		unlink(rx->path);
+	shm_guard_del(rx->slot);
 	munmap(rx->r, SHM_REGION_BYTES);
 	close(rx->fd);
 	free(rx->bufs);
 	free(rx);
 }
 
-bool shm_rx_active(const struct shm_rx *rx)
+/* The region was truncated under us (a fault on it made its mapping
+ * zeros, "Truncation" above): read it no more, take its name away, and
+ * truncate it to nothing, so that every producer still writing into it
+ * faults too and goes on by UDP (its records were lost with the pages;
+ * RC's retransmission resends them). */
+static bool rx_dead(struct shm_rx *rx)
 {
-	return rx && atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
+	if (rx->dead || !shm_guard_dead(rx->slot))
+		return rx->dead;
+	rx->dead = true;
+	struct stat a, b;
+	if (lstat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+		unlink(rx->path);
+	if (ftruncate(rx->fd, 0) < 0) {
+		/* nothing else to do: producers find out on their next fault */
+	}
+	return true;
+}
+
+bool shm_rx_active(struct shm_rx *rx)
+{
+	if (!rx || rx->dead)
+		return false;
+	bool active = atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
+	return !rx_dead(rx) && active;
+}
+
+bool shm_rx_truncated(const struct shm_rx *rx)
+{
+	return rx && rx->dead;
 }
 
 bool shm_tx_peer_sleeping(const struct shm_tx *tx)
@@ -244,7 +397,7 @@ bool shm_tx_peer_sleeping(const struct shm_tx *tx)
 
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
 {
-	if (!rx)
+	if (!rx || rx->dead)
 		return;
 	atomic_store_explicit(&rx->r->rx_sleeping, sleeping, memory_order_relaxed);
 	/* Dekker with shm_tx_send: either its publication is seen by the poll
@@ -310,7 +463,7 @@ static void ring_release_if_done(struct shm_rx *rx, unsigned i, const uint8_t *r
 		atomic_fetch_or(&rx->r->ring_mask, 1u << i);
 }
 
-int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
+static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
 {
 	uint32_t mask = atomic_load_explicit(&rx->r->ring_mask, memory_order_acquire);
 	int got = 0;
@@ -399,9 +552,22 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 	return got;
 }
 
+int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
+{
+	if (rx->dead)
+		return 0;
+	int got = rx_poll(rx, pkts, max, more, bad);
+	/* a fault during the poll: what was copied out may be half zeros */
+	if (rx_dead(rx)) {
+		*more = false;
+		return 0;
+	}
+	return got;
+}
+
 /* A ring of the region open at fd, its pages allocated (a full /dev/shm
  * refuses here rather than faulting later) and mapped. */
-static uint8_t *ring_map(int fd, unsigned idx)
+static uint8_t *ring_map(int fd, unsigned idx, int *slot)
 {
 	off_t off = (off_t)(SHM_HDR_BYTES + (size_t)idx * SHM_RING_BYTES);
 
@@ -410,8 +576,18 @@ static uint8_t *ring_map(int fd, unsigned idx)
 	void *ring = mmap(NULL, SHM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
 	if (ring == MAP_FAILED)
 		return NULL;
+	if ((*slot = shm_guard_add(ring, SHM_RING_BYTES)) < 0) {
+		munmap(ring, SHM_RING_BYTES);
+		return NULL;
+	}
 	populate(ring, SHM_RING_BYTES, true);
 	return ring;
+}
+
+static void ring_unmap(uint8_t *ring, int slot)
+{
+	shm_guard_del(slot);
+	munmap(ring, SHM_RING_BYTES);
 }
 
 /* Is the region's owner alive?  It holds the lock exclusively. */
@@ -433,16 +609,22 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 
 	if (region_path(dgid, path, sizeof(path)) < 0)
 		return NULL;
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	/* never through a symlink, never blocking on a FIFO someone put at
+	 * the name; only a regular file of our own user that no other user
+	 * may write, of a region's size, whose owner lives */
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &st) < 0 || st.st_size != (off_t)SHM_REGION_BYTES || st.st_uid != geteuid() ||
-	    !owner_alive(fd)) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 022) ||
+	    st.st_size != (off_t)SHM_REGION_BYTES || st.st_uid != geteuid() || !owner_alive(fd)) {
 		close(fd);
 		return NULL;
 	}
+	int slot_hdr = -1, slot_ring = -1;
 	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (r == MAP_FAILED) {
+	if (r != MAP_FAILED && (slot_hdr = shm_guard_add(r, SHM_HDR_BYTES)) < 0)
+		munmap(r, SHM_HDR_BYTES);
+	if (r == MAP_FAILED || slot_hdr < 0) {
 		close(fd);
 		return NULL;
 	}
@@ -464,7 +646,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 			ring_lock(fd, idx, false);
 			continue;  /* given back, its last records not yet taken */
 		}
-		ring = ring_map(fd, idx);
+		ring = ring_map(fd, idx, &slot_ring);
 		if (!ring) {
 			ring_lock(fd, idx, false);
 			break;  /* /dev/shm is full: UDP */
@@ -474,14 +656,14 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 		if ((!o || atomic_load(&rec->seq) != t + 1) &&
 		    atomic_compare_exchange_strong(&r->ring[idx].owner, &o, me))
 			break;
-		munmap(ring, SHM_RING_BYTES);
+		ring_unmap(ring, slot_ring);
 		ring = NULL;
 		ring_lock(fd, idx, false);
 	}
-	tx = ring ? calloc(1, sizeof(*tx)) : NULL;
+	tx = ring && !shm_guard_dead(slot_hdr) && !shm_guard_dead(slot_ring) ? calloc(1, sizeof(*tx)) : NULL;
 	if (!tx) {
 		if (ring) {
-			munmap(ring, SHM_RING_BYTES);
+			ring_unmap(ring, slot_ring);
 			atomic_store(&r->ring[idx].owner, 0);
 			ring_lock(fd, idx, false);
 		}
@@ -492,6 +674,8 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	tx->idx = idx;
 	tx->ctl = &r->ring[idx];
 	tx->fd = fd;
+	tx->slot_hdr = slot_hdr;
+	tx->slot_ring = slot_ring;
 	/* records start where the consumer stands; the bytes there are an
 	 * earlier lap's and must not be taken for a record of ours while we
 	 * write over them */
@@ -501,9 +685,16 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	atomic_fetch_or(&r->ring_mask, 1u << idx);
 	return tx;
 fail:
+	shm_guard_del(slot_hdr);
 	munmap(r, SHM_HDR_BYTES);
 	close(fd);
 	return NULL;
+}
+
+/* The region was truncated under the producer ("Truncation" above). */
+static bool tx_dead(const struct shm_tx *tx)
+{
+	return shm_guard_dead(tx->slot_hdr) || shm_guard_dead(tx->slot_ring);
 }
 
 void shm_tx_detach(struct shm_tx *tx)
@@ -513,9 +704,11 @@ void shm_tx_detach(struct shm_tx *tx)
 	/* the consumer takes what is left and then frees the ring
 	 * (ring_release_if_done): the last ACK of a QP destroyed right after
 	 * it is still delivered */
-	atomic_store(&tx->ctl->owner, 0);
+	if (!tx_dead(tx))
+		atomic_store(&tx->ctl->owner, 0);
 	ring_lock(tx->fd, tx->idx, false);
-	munmap(tx->ring, SHM_RING_BYTES);
+	ring_unmap(tx->ring, tx->slot_ring);
+	shm_guard_del(tx->slot_hdr);
 	munmap(tx->r, SHM_HDR_BYTES);
 	close(tx->fd);
 	free(tx);
@@ -561,6 +754,8 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 	int i;
 
 	*doorbell = false;
+	if (tx_dead(tx))
+		return -EPIPE;
 	/* the first record is published last (rec_publish) */
 	for (i = 0; i < n; i++) {
 		uint32_t len = msgs[i].len > SHM_PKT_MAX ? SHM_PKT_MAX : msgs[i].len; /* MTU <= 4096: never cut */
@@ -602,5 +797,6 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		atomic_thread_fence(memory_order_seq_cst);  /* see shm_rx_sleeping */
 		*doorbell = atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;
 	}
-	return i;
+	/* a fault during the copy: these records went nowhere */
+	return tx_dead(tx) ? -EPIPE : i;
 }

@@ -29,8 +29,11 @@ struct shm_tx;
  * none (no /proc or /dev/shm, UROCE_SHM=0). */
 struct shm_rx *shm_rx_open(const uint8_t gid[16]);
 void shm_rx_close(struct shm_rx *rx);
-/* Does any sender hold a ring in it? */
-bool shm_rx_active(const struct shm_rx *rx);
+/* Does any sender hold a ring in it?  False from the moment the region is
+ * found truncated under us (shm.c, "Truncation"): it is not read again. */
+bool shm_rx_active(struct shm_rx *rx);
+/* Was the region abandoned, truncated under us? */
+bool shm_rx_truncated(const struct shm_rx *rx);
 /* Up to max packets, each copied out of its ring into the region's private
  * receive buffers (a sender must not change a packet under validation);
  * *more is set when a ring holds more.  Counts packets that were not. */
@@ -59,7 +62,9 @@ bool shm_tx_peer_sleeping(const struct shm_tx *tx);
 
 /* Copies msgs into the ring; returns how many fit (the rest are lost as on
  * a full socket, and retransmission recovers them).  *doorbell: the
- * receiver sleeps on its sockets and must be woken. */
+ * receiver sleeps on its sockets and must be woken.  -EPIPE: the region
+ * was truncated under us (shm.c, "Truncation"), nothing was sent, and the
+ * ring is dead for good: the caller detaches and goes on by UDP. */
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell);
 /* Tests: every ring of the region starts at position pos (before any is

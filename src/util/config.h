@@ -37,6 +37,7 @@ struct uroce_config {
 	bool engine_rt;          /* UROCE_ENGINE_RT=0: the engine stays an ordinary thread */
 	bool no_gso;             /* UROCE_NO_GSO: one datagram per packet */
 	bool stats_at_exit;      /* UROCE_STATS=1: counters to stderr when the device closes */
+	unsigned stats_mode;     /* UROCE_STATS_MODE: the stats page's permissions (& 0644) */
 };
 
 /* 0, or -EINVAL for a UROCE_ADDR or UROCE_MTU that cannot be used (logged). */

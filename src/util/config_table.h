@@ -80,6 +80,11 @@
 	  "`0`: `ibv_poll_cq` only reads the CQ and leaves receiving to the engine (diagnostic)") \
 	X(UROCE_STATS, stats_at_exit, bool, 0, 0, false, "off", \
 	  "`1`: print the counters to stderr when the device closes") \
+	/* owner-only by default: the page carries the command line; write \
+	 * bits are never granted (the page is ours alone to change) */ \
+	X(UROCE_STATS_MODE, stats_mode, uint, 0, 0644, 0600, "0600", \
+	  "permissions of the counters page `/dev/shm/uroce.<pid>` (octal with a leading 0); `0644` lets " \
+	  "other users' `uroce stat` read it; write bits are masked off") \
 	X(UROCE_LOG, log_level, level, 0, UINT_MAX, 0, "0", \
 	  "0 errors, 1 info, 2 debug") \
 	X(UROCE_FAULT_DROP_TX, fault_drop_tx, fault, fault_pct_tx, 0, 0, "off", \

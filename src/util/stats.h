@@ -1,5 +1,6 @@
 /* The stats page: the counters (counters.h) and what `uroce stat` shows of
- * a process, published at /dev/shm/uroce.<pid> for other processes to read. */
+ * a process, published at /dev/shm/uroce.<pid> for the owner's (and root's)
+ * `uroce stat` to read (UROCE_STATS_MODE widens that). */
 #ifndef UROCE_UTIL_STATS_H
 #define UROCE_UTIL_STATS_H
 
@@ -21,10 +22,12 @@ struct uroce_stats_page {
 	uint64_t counters[UC__COUNT];
 };
 
-/* A zeroed page for this process, published at path (path[0] = 0 and a
- * private page when /dev/shm cannot hold it); NULL when out of memory.
- * Removes the pages of processes that died without closing theirs. */
-struct uroce_stats_page *stats_page_open(char path[64]);
+/* A zeroed page for this process with permissions mode & 0644, published
+ * at path: /dev/shm/uroce.<pid>, or uroce.<pid>.<hex> when that name is
+ * taken by something not ours (stats.c, page_publish); path[0] = 0 when
+ * /dev/shm cannot hold it.  NULL when out of memory.  Removes this user's
+ * pages of processes that died without closing theirs. */
+struct uroce_stats_page *stats_page_open(char path[64], unsigned mode);
 /* The addresses are known: the page is complete and `uroce stat` shows it. */
 void stats_page_finish(struct uroce_stats_page *page, const struct uroce_config *cfg);
 void stats_page_close(struct uroce_stats_page *page, const char *path);

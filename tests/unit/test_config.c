@@ -29,12 +29,13 @@ static int load1(const char *name, const char *value)
 	return uroce_config_load(&cfg);
 }
 
-/* A default shown as a number must be the loaded one; "on..."/"off" and
+/* A default shown as a number must be the loaded one (in any base, as
+ * `uint` loads it: UROCE_STATS_MODE's "0600" is octal); "on..."/"off" and
  * the `word`s must be the loaded flag. */
 static void shown_number(const char *name, const char *shown, long long v)
 {
 	char *end;
-	long long n = strtoll(shown, &end, 10);
+	long long n = strtoll(shown, &end, 0);
 	if (end != shown)
 		CHECK(n == v, name);
 }
@@ -100,6 +101,8 @@ int main(void)
 	load1("UROCE_POLL_PROGRESS", "0"); CHECK(!cfg.poll_progress, "POLL_PROGRESS=0 off");
 	load1("UROCE_NO_GSO", "");        CHECK(cfg.no_gso, "NO_GSO set empty");
 	load1("UROCE_NO_GSO", "0");       CHECK(cfg.no_gso, "NO_GSO=0 is set all the same");
+	load1("UROCE_STATS_MODE", "0644"); CHECK(cfg.stats_mode == 0644, "STATS_MODE=0644 (octal)");
+	load1("UROCE_STATS_MODE", "0666"); CHECK(cfg.stats_mode == 0644, "STATS_MODE clamped: no write bits for others");
 	load1("UROCE_STATS", "1");        CHECK(cfg.stats_at_exit, "STATS=1");
 	load1("UROCE_STATS", "0");        CHECK(!cfg.stats_at_exit, "STATS=0");
 	load1("UROCE_STATS", "");         CHECK(!cfg.stats_at_exit, "STATS empty");

@@ -2,12 +2,14 @@
  * in, in order, across wraps and full rings; the doorbell flag follows the
  * consumer's sleep; a ring claimed anew does not replay what an earlier
  * producer left; a consumer survives a producer that writes nonsense; a
- * region whose owner died is neither used nor kept. */
+ * region whose owner died is neither used nor kept; a region truncated
+ * under traffic kills neither side. */
 #include "net/net.h"
 #include "net/shm.h"
 #include <assert.h>
 #include <pthread.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -528,6 +530,111 @@ static void test_dead_producer_reaped(void)
 	shm_rx_close(rx);
 }
 
+/* The /dev/shm name of gid's region (the first one there is) */
+static bool region_name(const uint8_t gid[16], char *path, size_t n)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	bool found = false;
+	while (!found && d && (e = readdir(d)))
+		if (is_region_of(e->d_name, gid)) {
+			snprintf(path, n, "/dev/shm/%s", e->d_name);
+			found = true;
+		}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static int send_ret(struct shm_tx *tx, uint32_t seq, uint32_t len)
+{
+	static uint8_t b[4400];
+	fill(b, len, seq);
+	struct uroce_txmsg m = { .iov = { { b, len } }, .iovcnt = 1, .len = len };
+	bool db;
+	return shm_tx_send(tx, sgid, 7, 0, &m, 1, &db);
+}
+
+/* Issue 13: a peer of the same user truncates a region under traffic.
+ * Neither the consumer nor a producer dies of SIGBUS: each finds the
+ * mapping dead, the producer's send says -EPIPE (net.c goes on by UDP),
+ * the consumer stops reading the region and truncates it to nothing, so a
+ * producer whose own ring survived the cut finds out as well.  (The old
+ * code died here.) */
+static void test_truncated_region(void)
+{
+	uint8_t gid[16];
+	char path[300];
+	struct shm_rx *rx;
+	struct shm_tx *tx1, *tx2;
+	if (!region_and_ring(gid, 11, &rx, &tx1))
+		return;
+	tx2 = shm_tx_attach(gid);
+	CHECK(tx2, "a second ring");
+	CHECK(region_name(gid, path, sizeof(path)), "the region's name");
+	send_one(tx1, 1, 100);
+	CHECK(got_one(rx, 1, 100), "a packet before the cut");
+	/* the header and one ring (tx1's, claimed first: ring 0) survive */
+	CHECK(truncate(path, 4096 + 32768 * 64) == 0, "truncate the region");
+	CHECK(tx2 && send_ret(tx2, 2, 100) == -EPIPE, "the producer whose ring was cut: -EPIPE, no SIGBUS");
+	CHECK(tx2 && send_ret(tx2, 3, 100) == -EPIPE, "and its ring stays dead");
+	static struct uroce_rxpkt pkts[64];
+	uint64_t bad = 0;
+	bool more = false;
+	int n = shm_rx_active(rx) ? shm_rx_poll(rx, pkts, 64, &more, &bad) : 0;
+	CHECK(n == 0 && shm_rx_truncated(rx) && !shm_rx_active(rx),
+	      "the consumer abandons the region (got %d, truncated %d)", n, shm_rx_truncated(rx));
+	struct stat st;
+	CHECK(stat(path, &st) < 0, "and takes its name away");
+	CHECK(send_ret(tx1, 4, 100) == -EPIPE, "a producer whose ring was not cut finds out too");
+	CHECK(!shm_tx_attach(gid), "no ring is claimed in it any more");
+	shm_tx_detach(tx1);
+	shm_tx_detach(tx2);
+	shm_rx_close(rx);
+
+	/* cut to nothing, consumer first */
+	if (!region_and_ring(gid, 12, &rx, &tx1))
+		return;
+	CHECK(region_name(gid, path, sizeof(path)), "the region's name");
+	CHECK(truncate(path, 0) == 0, "truncate the region to 0");
+	CHECK(!shm_rx_active(rx) && shm_rx_truncated(rx), "the consumer sees it dead at its next look");
+	CHECK(shm_rx_poll(rx, pkts, 64, &more, &bad) == 0, "and reads nothing");
+	shm_rx_sleeping(rx, true);
+	CHECK(shm_tx_peer_sleeping(tx1) == false, "the producer reads zeros, not SIGBUS");
+	CHECK(send_ret(tx1, 5, 100) == -EPIPE, "the producer: -EPIPE");
+	shm_tx_detach(tx1);
+	shm_rx_close(rx);
+}
+
+/* A SIGBUS anywhere but in a region is not ours: the process dies of it
+ * as it would without uroce. */
+static void test_foreign_sigbus(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 13);
+	pid_t child = fork();
+	if (child == 0) {
+		struct shm_rx *rx = shm_rx_open(gid);  /* installs the handler */
+		char name[] = "/dev/shm/uroce-test-bus.XXXXXX";
+		int fd = mkstemp(name);
+		if (!rx || fd < 0 || ftruncate(fd, 4096) < 0)
+			_exit(2);
+		unlink(name);
+		volatile uint8_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED || ftruncate(fd, 0) < 0)
+			_exit(2);
+		p[0] = 1;
+		_exit(3);
+	}
+	int status = 0;
+	waitpid(child, &status, 0);
+	/* under ASan its handler, installed before ours, gets the fault and
+	 * exits 1 after its report: chained to, as an application's would be */
+	bool chained = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+	CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) || chained,
+	      "a foreign SIGBUS kills, or reaches the handler before ours (status %#x)", status);
+}
+
 int main(void)
 {
 	/* an address of this test's own, unlike any device's */
@@ -540,6 +647,8 @@ int main(void)
 	test_dead_producer_reaped();
 	test_position_wrap();
 	test_calls_appear_whole();
+	test_truncated_region();
+	test_foreign_sigbus();
 	if (failures) {
 		printf("%d failures\n", failures);
 		return 1;
