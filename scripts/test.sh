@@ -32,8 +32,9 @@ fi
 if [ "${UROCE_SKIP_FUZZ:-0}" != 1 ]; then
 	secs=${UROCE_FUZZ_SECONDS:-75}
 	echo "== fuzz targets (clang, libFuzzer + ASan + UBSan), ${secs} s each"
+	# one command each: set -e stops at any of them
 	CC=clang cmake -S "$UROCE_ROOT" -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_FUZZ=ON \
-		-DUROCE_FUZZ_SECONDS="$secs" >/dev/null &&
-		cmake --build build-fuzz -j"$(nproc)" --target fuzz_rx fuzz_shm
-	(cd build-fuzz && ctest --output-on-failure -L fuzz)
+		-DUROCE_FUZZ_SECONDS="$secs" >/dev/null
+	cmake --build build-fuzz -j"$(nproc)" --target fuzz_rx fuzz_shm
+	(cd build-fuzz && ctest --output-on-failure --no-tests=error -L fuzz)
 fi

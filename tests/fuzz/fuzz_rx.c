@@ -561,8 +561,10 @@ static const struct {
 } wr_ops[] = {
 	{ IBV_WR_SEND, false },          { IBV_WR_SEND_WITH_IMM, false }, { IBV_WR_RDMA_WRITE, false },
 	{ IBV_WR_RDMA_WRITE_WITH_IMM, false }, { IBV_WR_RDMA_READ, true }, { IBV_WR_ATOMIC_CMP_AND_SWP, true },
-	{ IBV_WR_ATOMIC_FETCH_AND_ADD, true }, { IBV_WR_SEND_WITH_INV, false },
+	{ IBV_WR_ATOMIC_FETCH_AND_ADD, true }, { IBV_WR_SEND_WITH_INV, false }, { IBV_WR_ATOMIC_WRITE, false },
+	{ IBV_WR_LOCAL_INV, false },
 };
+#define NWR_OPS (sizeof(wr_ops) / sizeof(wr_ops[0]))
 
 /* Regions a WQE may name: any for what is only read; only local targets
  * (and never a window's MR) for what is written. */
@@ -577,14 +579,14 @@ static void op_post_send(struct in *in)
 	int s = u8(in) % NQP;
 	uint8_t opsel = u8(in), msel = u8(in), ksel = u8(in), fl = u8(in);
 	uint16_t len = u16(in), off = u16(in);
-	const bool wr_write = wr_ops[opsel % 8].local_write;
+	const bool wr_write = wr_ops[opsel % NWR_OPS].local_write;
 	struct region *r = pick_region(msel, wr_write);
 	struct ibv_qp *q = o.qp[s];
 
 	if (slots[s].kind == K_TGT)
 		return;  /* no send queue */
-	enum ibv_wr_opcode op = wr_ops[opsel % 8].op;
-	if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+	enum ibv_wr_opcode op = wr_ops[opsel % NWR_OPS].op;
+	if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_WRITE) {
 		len = 8;
 		off &= ~7u;
 	}
@@ -611,7 +613,7 @@ static void op_post_send(struct in *in)
 		wr.wr.atomic.compare_add = fl;
 		wr.wr.atomic.swap = 0x1234;
 	}
-	if (op == IBV_WR_SEND_WITH_INV)
+	if (op == IBV_WR_SEND_WITH_INV || op == IBV_WR_LOCAL_INV)
 		wr.invalidate_rkey = o.key[kk];
 	if (slots[s].kind == K_UD) {
 		wr.wr.ud.ah = ah[!!(fl & 16)];

@@ -17,12 +17,14 @@ fuzz_rx input: a sequence of operations (at most 64), each a byte `op % 8`:
                  IETH key, the XRCETH SRQ (F_XRC_SRQ), the DETH Q_Key
                  (F_QKEY), and appends an ICRC for the IPv4 ID of the
                  packet's place in the bundle (as after GRO).  F_RAW: none.
-  2     POST_SEND u8 slot, u8 opcode (SEND, SEND_IMM, WRITE, WRITE_IMM, READ,
-                 CMP_SWP, FETCH_ADD, SEND_INV), u8 MR, u8 key, u8 flags
+  2     POST_SEND u8 slot, u8 opcode (%10: SEND, SEND_IMM, WRITE, WRITE_IMM, READ,
+                 CMP_SWP, FETCH_ADD, SEND_INV, ATOMIC_WRITE, LOCAL_INV), u8 MR
+                 (%7 for what is read; %5 of ALL, LOCAL, NONE, OTHER_PD, RREAD
+                 for what is written: READ and atomic targets), u8 key, u8 flags
                  (1 signaled, 2 inline, 4 fence, 8 solicited, 16 UD to self,
                  128 XRC SRQ 1), u16 len, u16 offset, u16 remote offset
   3     POST_RECV u8 target (%4: 0 a QP's RQ (slot = t>>2), 1 the SRQ, 2-3
-                 an XRC SRQ), u8 MR, u16 len, u16 offset
+                 an XRC SRQ), u8 MR (%5, as for READ targets), u16 len, u16 offset
   4     REFLECT  u8 which packet, u8 xor, u8 flags (1: keep the ICRC), u16
                  position: what the QPs sent comes back as one bundle
   5     MODIFY   u8 slot, u8 state (%6: RESET INIT RTR RTS SQD ERR)
@@ -183,12 +185,12 @@ def rx_seeds():
     # responder answers), reflect (the completer completes)
     for slot in (1, 4, 8):
         for opi, nm in ((0, "send"), (2, "write"), (3, "write_imm"), (4, "read"), (5, "cmp_swp"),
-                        (6, "fetch_add"), (7, "send_inv")):
-            if slot == 4 and opi in (4, 5, 6, 7):
+                        (6, "fetch_add"), (7, "send_inv"), (8, "atomic_write")):
+            if slot == 4 and opi in (4, 5, 6, 7, 8):
                 continue  # UC: no READ, atomics
-            rk = 0 if opi in (2, 3, 4, 5, 6) else 7
+            rk = 0 if opi in (2, 3, 4, 5, 6, 8) else 7
             s = post_recv(1) + post_recv(0 | 5 << 2) + post_recv(2) + post_recv(3)
-            s += post_send(slot, opi, 3 if opi in (4, 5, 6) else 0, rk, 1, 3000 if opi < 5 else 8)
+            s += post_send(slot, opi, 1 if opi in (4, 5, 6) else 0, rk, 1, 3000 if opi < 5 or opi == 7 else 8)
             s += REFLECT + REFLECT + REFLECT + POLL
             seeds["pair_%d_%s" % (slot, nm)] = s
     # a window's key from the loopback pair, the UD QP to itself
@@ -205,6 +207,30 @@ def rx_seeds():
     seeds["gro_bundle"] = post_recv(1) + post_recv(1) + bundle(*[
         pkt_entry(F_PSN_REL | F_KEY, 0, 0, packet(ops["RC_WRITE_ONLY"][0], ops["RC_WRITE_ONLY"][1], data[:100]))
         for _ in range(8)])
+    def resp(name, psn_off, payload=b"", syndrome=0, msn=0, fl=F_PSN_REL):
+        op, m = ops[name]
+        p = bytearray(packet(op, m, payload, ackreq=False, syndrome=syndrome, msn=msn))
+        p[11] = psn_off  # F_PSN_REL: una + this
+        return pkt_entry(fl, 0, 0, bytes(p))
+
+    seeds["read_resp_3"] = post_send(0, 4, 0, 0, 1, 2548) + bundle(
+        resp("RC_READ_RESP_FIRST", 0, data[:1024], msn=1), resp("RC_READ_RESP_MIDDLE", 1, data[:1024]),
+        resp("RC_READ_RESP_LAST", 2, data[:500], msn=1)) + POLL
+    seeds["read_resp_gap"] = post_send(0, 4, 0, 0, 1, 2548) + bundle(
+        resp("RC_READ_RESP_FIRST", 0, data[:1024], msn=1), resp("RC_READ_RESP_LAST", 2, data[:500], msn=1)) + \
+        bundle(resp("RC_READ_RESP_MIDDLE", 1, data[:1024]), resp("RC_READ_RESP_LAST", 2, data[:500], msn=1)) + POLL
+    seeds["read_resp_only"] = post_send(0, 4, 0, 0, 1, 256) + bundle(resp("RC_READ_RESP_ONLY", 0, data[:256], msn=1))
+    seeds["atomic_ack"] = post_send(0, 6, 0, 0, 1, 8) + bundle(
+        resp("RC_ATOMIC_ACK", 0, msn=1)) + POLL
+    seeds["atomic_write_resp"] = post_send(0, 8, 0, 0, 1, 8) + bundle(
+        resp("RC_READ_RESP_ONLY", 0, msn=1)) + POLL
+    seeds["seq_nak"] = post_send(0, 2, 0, 0, 1, 3000) + bundle(resp("RC_ACK", 0, syndrome=0x60)) + POLL
+    seeds["nak_access"] = post_send(0, 2, 0, 0, 1, 100) + post_send(0, 2, 0, 0, 1, 100) + bundle(
+        resp("RC_ACK", 1, syndrome=0x62)) + POLL
+    seeds["rnr_then_ack"] = post_send(0, 0, 0, 0, 1, 64) + bundle(resp("RC_ACK", 0, syndrome=0x20 | 1)) + \
+        TIMERS + bundle(resp("RC_ACK", 0, msn=1)) + POLL
+    seeds["ack_beyond"] = post_send(0, 2, 0, 0, 1, 64) + bundle(resp("RC_ACK", 50, msn=1)) + POLL
+    seeds["timeout_retry"] = post_send(0, 2, 0, 0, 1, 64) + TIMERS + TIMERS + TIMERS + TIMERS + POLL
     seeds["corrupt_reflect"] = post_send(1, 2, 0, 0, 1, 3000) + struct.pack("<BBBBH", 4, 1, 0x40, 0, 9) + REFLECT
     return seeds
 
