@@ -5,7 +5,8 @@ UROCE_PACKAGES="cmake make gcc libc6-dev pkg-config python3 iproute2
   libibverbs-dev libibverbs1 ibverbs-utils ibverbs-providers perftest python3-pyverbs
   libisal-dev libpcap-dev zlib1g-dev libnetfilter-queue-dev
   nftables iptables tshark python3-scapy qperf sockperf gnuplot-nox
-  qemu-system-x86 kmod cpio binutils xz-utils"
+  qemu-system-x86 kmod cpio binutils xz-utils
+  clang libclang-rt-dev"
 
 uroce_install_deps() {
 	local missing=()

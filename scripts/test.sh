@@ -1,7 +1,9 @@
 #!/bin/bash
 # The test command (README): installs what is missing from Debian's packages,
 # builds, and runs every test through ctest; then builds with ASan + UBSan and
-# runs the tests that exercise uroce's own code paths again.
+# runs the tests that exercise uroce's own code paths again; then builds the
+# fuzz targets with clang (libFuzzer + ASan + UBSan) and runs each for
+# UROCE_FUZZ_SECONDS (75) from the checked-in seeds (README, "Fuzzing").
 set -euo pipefail
 UROCE_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$UROCE_ROOT/scripts/deps.sh"
@@ -25,4 +27,14 @@ if [ "${UROCE_SKIP_SANITIZE:-0}" != 1 ]; then
 	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 	echo "== ctest under sanitizers (all but the multi-host network and rxe VM tests)"
 	(cd build-asan && ctest --output-on-failure --timeout 600 -LE 'net|interop' "$@")
+fi
+
+if [ "${UROCE_SKIP_FUZZ:-0}" != 1 ]; then
+	secs=${UROCE_FUZZ_SECONDS:-75}
+	echo "== fuzz targets (clang, libFuzzer + ASan + UBSan), ${secs} s each"
+	# one command each: set -e stops at any of them
+	CC=clang cmake -S "$UROCE_ROOT" -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_FUZZ=ON \
+		-DUROCE_FUZZ_SECONDS="$secs" >/dev/null
+	cmake --build build-fuzz -j"$(nproc)" --target fuzz_rx fuzz_shm
+	(cd build-fuzz && ctest --output-on-failure --no-tests=error -L fuzz)
 fi

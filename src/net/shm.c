@@ -339,6 +339,22 @@ void shm_rx_test_position(struct shm_rx *rx, uint32_t pos)
 	}
 }
 
+void shm_rx_test_view(struct shm_rx *rx, unsigned idx, struct shm_test_view *v)
+{
+	v->ring = (uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)idx * SHM_RING_BYTES;
+	v->ring_bytes = SHM_RING_BYTES;
+	v->nrings = SHM_RINGS;
+	v->ring_mask = (uint32_t *)&rx->r->ring_mask;
+	v->owner = (uint32_t *)&rx->r->ring[idx].owner;
+	v->tail = (uint32_t *)&rx->r->ring[idx].tail;
+}
+
+void shm_rx_test_reset(struct shm_rx *rx)
+{
+	rx->broken = 0;
+	rx->polls = 0;
+}
+
 void shm_rx_close(struct shm_rx *rx)
 {
 	struct stat a, b;

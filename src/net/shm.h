@@ -18,6 +18,7 @@
 #define UROCE_NET_SHM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct uroce_txmsg;
@@ -70,6 +71,19 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 /* Tests: every ring of the region starts at position pos (before any is
  * claimed), to reach the 32-bit wrap of positions. */
 void shm_rx_test_position(struct shm_rx *rx, uint32_t pos);
+/* Tests (tests/fuzz/fuzz_shm.c): what a producer can write in ring idx of
+ * the region -- the ring's bytes and the header words -- so that arbitrary
+ * producer writes can be played against the consumer. */
+struct shm_test_view {
+	uint8_t *ring;
+	size_t ring_bytes;
+	unsigned nrings;
+	uint32_t *ring_mask, *owner, *tail;  /* atomics of the region (plain stores will do) */
+};
+void shm_rx_test_view(struct shm_rx *rx, unsigned idx, struct shm_test_view *v);
+/* Tests: the consumer forgets what it learned of the rings (broken ones,
+ * where its round-robin starts), as if newly opened; positions stay. */
+void shm_rx_test_reset(struct shm_rx *rx);
 
 /* Removes regions whose owners died (their lock is free); the device calls
  * it once before it opens its regions. */

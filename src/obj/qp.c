@@ -490,8 +490,9 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 				 * completions of this QP not yet polled leave its CQs
 				 * (mlx5_cq_clean; with an SRQ only this QP's) */
 				qp_reset(qp);
-				/* an XRC INI QP has no receive CQ, a TGT QP neither
-				 * (its completions went to its SRQs' CQs) */
+				/* an XRC INI QP has no receive CQ and a TGT QP no CQ
+				 * at all (IBA A14; found by tests/fuzz/fuzz_rx.c:
+				 * a NULL dereference) */
 				if (qp->send_cq)
 					cq_purge_qp(qp->send_cq, qp->qpn);
 				if (qp->recv_cq && qp->recv_cq != qp->send_cq)

@@ -13,6 +13,7 @@ struct uroce_backend_flow {
 
 static struct fake_pkt sent[FAKE_SENT_MAX];
 static unsigned nsent;
+static bool sent_overflow_drops;
 
 static struct fake_pkt rxq[FAKE_RX_MAX];
 static unsigned rx_head, rx_tail;   /* tail: next to hand out */
@@ -20,12 +21,29 @@ static unsigned rx_head, rx_tail;   /* tail: next to hand out */
 unsigned fake_sent_count(void) { return nsent; }
 const struct fake_pkt *fake_sent(unsigned i) { return i < nsent ? &sent[i] : NULL; }
 void fake_sent_clear(void) { nsent = 0; }
+void fake_sent_overflow_drops(bool on) { sent_overflow_drops = on; }
 unsigned fake_rx_pending(void) { return rx_head - rx_tail; }
 
 static void die(const char *why)
 {
 	fprintf(stderr, "fake_net: %s\n", why);
 	abort();
+}
+
+void fake_net_setenv(void)
+{
+	/* GID 0 for the fake (it has no automatic address); no same-host
+	 * rings; ACK deferral off, so that an owed ACK leaves at the end of
+	 * transport_rx_batch instead of waiting for a request to ride with
+	 * (transport/ack.c, ack_defer) */
+	setenv("UROCE_ADDR", "198.18.0.1", 1);
+	setenv("UROCE_SHM", "0", 1);
+	setenv("UROCE_ACK_DEFER_US", "0", 1);
+	setenv("UROCE_MTU", "4096", 1);
+	static const char *const unset[] = { "UROCE_WINDOW", "UROCE_FAULT_DROP_TX", "UROCE_FAULT_DROP_RX",
+					     "UROCE_PCAP", "UROCE_NO_GSO" };
+	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
+		unsetenv(unset[i]);
 }
 
 void fake_rx_queue(const uint8_t *buf, uint32_t len, const uint8_t sgid[16], const uint8_t dgid[16],
@@ -91,8 +109,11 @@ static int fake_send(struct uroce_backend_flow *flow, const uint8_t dgid[16], ui
 	(void)tos;
 	(void)wake;
 	for (int i = 0; i < n; i++) {
-		if (nsent == FAKE_SENT_MAX)
+		if (nsent == FAKE_SENT_MAX) {
+			if (sent_overflow_drops)
+				return n;  /* sent, and lost on the wire */
 			die("too many packets sent without fake_sent_clear");
+		}
 		struct fake_pkt *p = &sent[nsent++];
 		uint32_t off = 0;
 		for (int k = 0; k < msgs[i].iovcnt; k++) {

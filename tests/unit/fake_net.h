@@ -23,10 +23,16 @@ struct fake_pkt {
 
 extern const struct uroce_net_ops fake_net_ops;
 
+/* The environment a device on the fake is opened with: GID 0 198.18.0.1,
+ * no rings, no ACK deferral, MTU 4096, no fault injection or capture. */
+void fake_net_setenv(void);
+
 /* Packets sent since the last fake_sent_clear, oldest first. */
 unsigned fake_sent_count(void);
 const struct fake_pkt *fake_sent(unsigned i);
 void fake_sent_clear(void);
+/* Past FAKE_SENT_MAX: lose the packets (the fuzzer) instead of aborting. */
+void fake_sent_overflow_drops(bool on);
 
 /* Queue a packet for the next receive call (copied). */
 void fake_rx_queue(const uint8_t *buf, uint32_t len, const uint8_t sgid[16], const uint8_t dgid[16],

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "fake_net.h"
+#include "fake_ctx.h"
 #include "core/cq_ring.h"
 #include "exec/exec.h"
 #include "obj/obj.h"
@@ -2441,19 +2442,8 @@ out:
 
 static bool setup(void)
 {
-	/* GID 0 for the fake (it has no automatic address); no same-host
-	 * rings; ACK deferral off, so that an owed ACK leaves at the end of
-	 * transport_rx_batch instead of waiting for a request to ride with
-	 * (transport/ack.c, ack_defer) */
-	setenv("UROCE_ADDR", "198.18.0.1", 1);
-	setenv("UROCE_SHM", "0", 1);
-	setenv("UROCE_ACK_DEFER_US", "0", 1);
-	setenv("UROCE_MTU", "4096", 1);
+	fake_net_setenv();
 	setenv("UROCE_RTO_MIN_US", "10000", 1);
-	static const char *const unset[] = { "UROCE_WINDOW", "UROCE_FAULT_DROP_TX", "UROCE_FAULT_DROP_RX",
-					     "UROCE_PCAP", "UROCE_NO_GSO" };
-	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
-		unsetenv(unset[i]);
 
 	dev = uroce_dev_open(&fake_net_ops, false);
 	if (!dev) {
@@ -2464,14 +2454,11 @@ static bool setup(void)
 		fprintf(stderr, "GID 0 is not ::ffff:198.18.0.1\n");
 		return false;
 	}
-	uctx.dev = dev;
 	ctx = &uctx.vctx.context;
-	ctx->async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
-	ctx->num_comp_vectors = 1;
-	pthread_mutex_init(&ctx->mutex, NULL);
-	pthread_mutex_init(&uctx.async_lock, NULL);
+	if (fake_context_init(&uctx, dev))
+		return false;
 	pd = uroce_alloc_pd(ctx);
-	return ctx->async_fd >= 0 && pd;
+	return pd != NULL;
 }
 
 static void teardown(void)
@@ -3093,6 +3080,19 @@ static void test_xrc_srq_other_domain(void) { xrc_bad_srq(true); }
 /* The INI side: a SEND and a READ carry XRC opcodes with the WR's
  * remote_srqn in an XRCETH after the BTH (§2.2); XRC's ACK and READ
  * response complete them. */
+/* An XRC INI QP (a send queue alone) with its send CQ, not connected. */
+static bool ini_create(struct rig *r)
+{
+	r->scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = r->scq, .qp_type = IBV_QPT_XRC_SEND,
+				       .cap = { .max_send_wr = 8, .max_send_sge = 2 } };
+	r->qp = r->scq ? uroce_create_qp(pd, &ia) : NULL;
+	CHECK(r->qp, "XRC INI QP create");
+	if (r->qp)
+		r->qpn = r->qp->qp_num;
+	return r->qp != NULL;
+}
+
 static void test_xrc_ini_requests(void)
 {
 	struct rig r = { 0 };
@@ -3100,14 +3100,8 @@ static void test_xrc_ini_requests(void)
 	struct ibv_wc wc[4];
 	const uint32_t srqn = 0x00C0DE;
 
-	r.scq = uroce_create_cq(ctx, 64, NULL, NULL, 0);
-	struct ibv_qp_init_attr ia = { .send_cq = r.scq, .qp_type = IBV_QPT_XRC_SEND,
-				       .cap = { .max_send_wr = 8, .max_send_sge = 2 } };
-	r.qp = r.scq ? uroce_create_qp(pd, &ia) : NULL;
-	CHECK(r.qp, "XRC INI QP create");
-	if (!r.qp)
+	if (!ini_create(&r))
 		goto out;
-	r.qpn = r.qp->qp_num;
 	if (!rig_connect(&r, &conn_default) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE)) {
 		CHECK(0, "XRC INI connect");
 		goto out;
@@ -3153,6 +3147,30 @@ static void test_xrc_ini_requests(void)
 out:
 	mem_down(&m);
 	rig_down(&r);
+}
+
+/* Found by tests/fuzz/fuzz_rx.c: an XRC QP to RESET dereferenced the CQ
+ * it does not have (a TGT QP has none, an INI QP no receive CQ; IBA A14)
+ * while purging its completions.  Both reset cleanly, and come up again. */
+static void test_xrc_reset(void)
+{
+	struct xrig t;
+	struct rig ini = { 0 };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+
+	if (!xrig_up(&t, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	CHECK(uroce_modify_qp(t.r.qp, &a, IBV_QP_STATE) == 0, "XRC TGT QP to RESET");
+	CHECK(qp_state(t.r.qp) == IBV_QPS_RESET, "XRC TGT QP in RESET");
+	CHECK(rig_connect(&t.r, &conn_default), "XRC TGT QP up again after RESET");
+	if (!ini_create(&ini))
+		goto out;
+	CHECK(rig_connect(&ini, &conn_default), "XRC INI connect");
+	CHECK(uroce_modify_qp(ini.qp, &a, IBV_QP_STATE) == 0, "XRC INI QP to RESET");
+	CHECK(qp_state(ini.qp) == IBV_QPS_RESET, "XRC INI QP in RESET");
+out:
+	rig_down(&ini);
+	xrig_down(&t);
 }
 
 int main(void)
@@ -3232,6 +3250,7 @@ int main(void)
 		{ "XRC: the SRQ destroyed mid-message, the rest NAKed", test_xrc_srq_destroyed_mid_message },
 		{ "XRC: an SRQ of another XRC domain is NAKed 0x62", test_xrc_srq_other_domain },
 		{ "XRC: INI requests carry the XRCETH, XRC responses complete", test_xrc_ini_requests },
+		{ "XRC: TGT and INI QPs reset cleanly (fuzz finding)", test_xrc_reset },
 	};
 	int failed_tests = 0;
 
