@@ -66,7 +66,8 @@ static int sys_recvmmsg(int fd, struct mmsghdr *mm, unsigned n)
 #define UDP_GRO 104
 #endif
 
-/* A shared transmit socket (fd -1: not opened yet).  sendmmsg on one
+/* A shared transmit socket (fd -1: not opened yet, -2: its port could not
+ * be bound, the ephemeral-port one stands in).  sendmmsg on one
  * socket from several threads is safe: the kernel sends each datagram
  * whole, and nothing per flow is kept on the socket. */
 struct udp_txsock {
@@ -361,15 +362,17 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 	int i = (int)(sport % UDP_TX_POOL);
 	struct udp_txsock *s = &p->tx[g][i];
 	pthread_mutex_lock(&p->tx_lock);
-	if (s->fd < 0) {
+	if (s->fd == -1) {
 		s->port = (uint16_t)(0xC000 | i);
 		s->fd = udp_socket(sgid, s->port, true, false);
-		if (s->fd < 0) {
-			/* the port is someone else's: this pool slot sends from
-			 * the ephemeral-port socket, still a valid RoCEv2
-			 * sender, receivers accept any source port (§1.4) */
-			s = &p->tx[g][UDP_TX_POOL];
-		}
+		if (s->fd < 0)
+			s->fd = -2;  /* not tried again */
+	}
+	if (s->fd == -2) {
+		/* the port is someone else's (another user's socket): this
+		 * pool slot sends from the ephemeral-port socket, still a
+		 * valid RoCEv2 sender, receivers accept any source port (§1.4) */
+		s = &p->tx[g][UDP_TX_POOL];
 	}
 	if (s->fd < 0) {
 		s->fd = udp_socket(sgid, 0, false, false);
