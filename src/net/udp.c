@@ -2,9 +2,9 @@
  *
  * Receive: one socket per GID bound to <address>:4791.  Transmit: a small
  * pool of UDP_TX_POOL unconnected sockets per GID, bound to the fixed
- * source ports net_tx_sport gives (net.h), shared by every flow whose
- * source port is that one -- not a socket per QP, so the number of QPs is
- * not bound by RLIMIT_NOFILE (issue #13).  A QP's datagrams all leave from
+ * source ports 0xC000 | 0..UDP_TX_POOL-1, each shared by every flow whose
+ * source port folds to it (tx_sock) -- not a socket per QP, so the number
+ * of QPs is not bound by RLIMIT_NOFILE (issue #13).  A QP's datagrams all leave from
  * one socket, so its source port stays fixed for its life (§1.4).  The
  * pool's sockets set SO_REUSEPORT, so processes of one user that share an
  * address (the rdma_cm issue's design) can each bind the same pool; a port
@@ -86,7 +86,7 @@ struct udp_txsock {
 
 struct udp_priv {
 	int rx_fd[UROCE_MAX_GIDS];
-	/* [gid][net_tx_sport index]; the last one is the ephemeral fallback */
+	/* [gid][source port % UDP_TX_POOL]; the last one is the ephemeral fallback */
 	struct udp_txsock tx[UROCE_MAX_GIDS][UDP_TX_POOL + 1];
 	pthread_mutex_t tx_lock;             /* opening pool sockets (flow_open only) */
 	struct uroce_config *cfg;
@@ -359,13 +359,16 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 		errno = EADDRNOTAVAIL;
 		return NULL;
 	}
-	int i = (int)(sport % UDP_TX_POOL);
+	int i = (int)(sport % UDP_TX_POOL), fd = 0;
 	struct udp_txsock *s = &p->tx[g][i];
 	pthread_mutex_lock(&p->tx_lock);
 	if (s->fd == -1) {
 		s->port = (uint16_t)(0xC000 | i);
-		s->fd = udp_socket(sgid, s->port, true, false);
-		if (s->fd < 0)
+		fd = udp_socket(sgid, s->port, true, false);
+		s->v4 = gid_is_ipv4(sgid);
+		if (fd >= 0)
+			s->fd = fd;
+		else if (fd == -EADDRINUSE || fd == -EACCES)
 			s->fd = -2;  /* not tried again */
 	}
 	if (s->fd == -2) {
@@ -373,23 +376,27 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 		 * pool slot sends from the ephemeral-port socket, still a
 		 * valid RoCEv2 sender, receivers accept any source port (§1.4) */
 		s = &p->tx[g][UDP_TX_POOL];
+		if (s->fd < 0) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			uint8_t gid[16];
+			fd = udp_socket(sgid, 0, false, false);
+			if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+				sockaddr_to_gid(&ss, gid, &s->port);
+				s->v4 = gid_is_ipv4(sgid);
+				s->fd = fd;
+			} else if (fd >= 0) {
+				int e = errno;
+				close(fd);
+				fd = -e;
+			}
+		}
 	}
-	if (s->fd < 0) {
-		s->fd = udp_socket(sgid, 0, false, false);
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		uint8_t gid[16];
-		if (s->fd >= 0 && getsockname(s->fd, (struct sockaddr *)&ss, &sl) == 0)
-			sockaddr_to_gid(&ss, gid, &s->port);
-	}
-	int fd = s->fd;
-	if (fd >= 0)
-		s->v4 = gid_is_ipv4(sgid);
+	if (s->fd < 0)
+		s = NULL;  /* out of fds or the like: tried again next time */
 	pthread_mutex_unlock(&p->tx_lock);
-	if (fd < 0) {
-		errno = -fd;
-		return NULL;
-	}
+	if (!s)
+		errno = fd < 0 ? -fd : EIO;
 	return s;
 }
 
