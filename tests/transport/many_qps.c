@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ static int nqp = 10000;
 static long max_kib_per_qp = 64;
 static const char *side;
 static unsigned timeout_s;
+static int check_rlimit;  /* -r: the device must raise the soft RLIMIT_NOFILE to the hard one */
 
 #define DIE(...) do { fprintf(stderr, "many_qps %s: ", side); fprintf(stderr, __VA_ARGS__); \
 		      fputc('\n', stderr); exit(1); } while (0)
@@ -82,9 +84,19 @@ static int run(int sock, int who)
 	struct ibv_device **list = ibv_get_device_list(&ndev);
 	if (!list || ndev < 1)
 		DIE("no RDMA device");
+	struct rlimit before, after;
+	getrlimit(RLIMIT_NOFILE, &before);
 	struct ibv_context *ctx = ibv_open_device(list[0]);
 	if (!ctx)
 		DIE("ibv_open_device: %s", strerror(errno));
+	getrlimit(RLIMIT_NOFILE, &after);
+	if (check_rlimit && (before.rlim_cur == before.rlim_max || after.rlim_cur != after.rlim_max))
+		DIE("RLIMIT_NOFILE soft %llu of hard %llu before ibv_open_device, soft %llu after: not raised",
+		    (unsigned long long)before.rlim_cur, (unsigned long long)before.rlim_max,
+		    (unsigned long long)after.rlim_cur);
+	if (check_rlimit)
+		printf("many_qps %s: RLIMIT_NOFILE soft %llu raised to the hard %llu by ibv_open_device\n", side,
+		       (unsigned long long)before.rlim_cur, (unsigned long long)after.rlim_cur);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *scq = ibv_create_cq(ctx, nqp + 16, NULL, NULL, 0);
 	struct ibv_cq *rcq = ibv_create_cq(ctx, nqp + 16, NULL, NULL, 0);
@@ -205,15 +217,17 @@ int main(int argc, char **argv)
 {
 	int opt, sv[2];
 
-	while ((opt = getopt(argc, argv, "n:m:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:m:t:r")) != -1) {
 		if (opt == 'n')
 			nqp = atoi(optarg);
 		else if (opt == 'm')
 			max_kib_per_qp = atol(optarg);
+		else if (opt == 'r')
+			check_rlimit = 1;
 		else if (opt == 't')
 			timeout_s = (unsigned)atoi(optarg);
 		else {
-			fprintf(stderr, "usage: many_qps [-n QPs] [-m max KiB per QP] [-t seconds]\n");
+			fprintf(stderr, "usage: many_qps [-n QPs] [-m max KiB per QP] [-t seconds] [-r]\n");
 			return 2;
 		}
 	}
