@@ -28,6 +28,7 @@ struct uroce_flow {
 	struct uroce_backend_flow *wire;  /* always */
 	struct uroce_backend_flow *ring;  /* NULL: the flow goes by the wire */
 	uint8_t peer[16];                 /* the GID the ring reaches */
+	uint16_t sport;                   /* what its packets carry (net_flow_sport) */
 };
 
 static int backend_open(struct uroce_net *net, struct uroce_backend *be, const struct uroce_net_ops *ops)
@@ -112,11 +113,14 @@ struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], 
 		return NULL;
 	f->wire = net->wire.ops->flow_open(&net->wire, sgid, sport, peer);
 	if (!f->wire) {
+		int e = errno;
 		free(f);
+		errno = e;
 		return NULL;
 	}
+	f->sport = net->wire.ops->flow_sport ? net->wire.ops->flow_sport(f->wire) : sport;
 	if (peer && net->ring.ops) {
-		f->ring = net->ring.ops->flow_open(&net->ring, sgid, sport, peer);
+		f->ring = net->ring.ops->flow_open(&net->ring, sgid, f->sport, peer);
 		if (f->ring)
 			memcpy(f->peer, peer, 16);
 	}
@@ -131,6 +135,11 @@ void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
 		net->ring.ops->flow_close(flow->ring);
 	net->wire.ops->flow_close(flow->wire);
 	free(flow);
+}
+
+uint16_t net_flow_sport(const struct uroce_flow *flow)
+{
+	return flow->sport;
 }
 
 uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow)

@@ -81,6 +81,10 @@ struct uroce_net_ops {
 	struct uroce_backend_flow *(*flow_open)(struct uroce_backend *be, const uint8_t sgid[16],
 						uint16_t sport, const uint8_t *peer);
 	void (*flow_close)(struct uroce_backend_flow *flow);
+	/* Optional: the UDP source port the flow's packets carry, which the
+	 * ICRC covers (UDP: its pool socket's port, not always the one asked
+	 * for); NULL: the one asked for. */
+	uint16_t (*flow_sport)(const struct uroce_backend_flow *flow);
 	/* Sends msgs to dgid; returns how many were sent (the rest are lost, and
 	 * retransmission recovers them), or -errno when none did.  Sets
 	 * *wake when the receiver sleeps and must be sent a doorbell (the
@@ -157,6 +161,10 @@ int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16]);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
+/* The UDP source port the flow's packets carry, which may differ from the
+ * one asked for (a shared socket's, udp.c): the QP computes its ICRC with
+ * it and gives it to net_send. */
+uint16_t net_flow_sport(const struct uroce_flow *flow);
 uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow);
 /* Sends with fault injection, pcap and counters applied. */
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],

@@ -96,15 +96,56 @@ struct shm_rx {
 	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
 };
 
-struct shm_tx {
+/* A peer's region as this process's senders see it: one fd and one header
+ * mapping per peer address, however many flows send there (an fd per flow
+ * would bound the QPs by RLIMIT_NOFILE, issue #13), and the rings this
+ * process holds in it.  Kept while it holds a ring (peers_lock). */
+struct shm_peer {
+	struct shm_peer *next;
+	uint8_t gid[16];
 	struct shm_region *r;            /* header only */
-	uint8_t *ring;                   /* this flow's ring */
+	int fd;                          /* holds this process's ring locks */
+	ino_t ino;                       /* the region's file, to tell a successor's */
+	struct shm_tx *held[SHM_RINGS];  /* this process's rings, NULL: not held */
+	unsigned nheld;
+	int slot_hdr;                    /* the header mapping's guard (shm_guard_add) */
+};
+
+/* A ring in a peer's region, claimed by this process and shared by every
+ * flow given it (users): the first SHM_RINGS_OWN flows to a peer get a
+ * ring each, later ones share the least used (shm_tx_attach).  A flow
+ * keeps its ring for life, so its packets keep their order.  `lock`
+ * makes each send call one producer's, as the ring has one producer: it
+ * is held only by the flows of this ring, never across rings or QPs
+ * otherwise, and nothing is taken inside it. */
+struct shm_tx {
+	struct shm_peer *peer;
+	uint8_t *ring;
 	struct shm_ring_ctl *ctl;
 	unsigned idx;
+	unsigned users;                  /* flows on it (peers_lock) */
+	pthread_mutex_t lock;            /* the producer's side: head, tail_seen, the ring's bytes */
 	uint32_t head, tail_seen;
-	int fd;
-	int slot_hdr, slot_ring;         /* the mappings' guards (shm_guard_add) */
+	int slot_ring;                   /* the ring mapping's guard (shm_guard_add) */
 };
+
+/* How many rings of a peer's region one process claims before its flows
+ * share them: a quarter, so that four processes sending to one peer each
+ * get rings of their own. */
+#define SHM_RINGS_OWN (SHM_RINGS / 4)
+static unsigned rings_own = SHM_RINGS_OWN;  /* shm_tx_test_rings_own */
+
+void shm_tx_test_rings_own(unsigned n)
+{
+	rings_own = n ? n : SHM_RINGS_OWN;
+}
+
+static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_peer *peers;       /* peers_lock */
+/* The process the list is of: a forked child shares the parent's fds,
+ * ring locks and rings, and must not produce into them (two producers
+ * of two processes, each under its own lock) nor give them back. */
+static pid_t peers_pid;
 
 /* Truncation (issue 13).  A region is a file that every process of its
  * user may open, so a peer can ftruncate it under us: an access to a page
@@ -408,7 +449,7 @@ bool shm_rx_truncated(const struct shm_rx *rx)
 
 bool shm_tx_peer_sleeping(const struct shm_tx *tx)
 {
-	return atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;
+	return atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
 }
 
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
@@ -616,12 +657,12 @@ static bool owner_alive(int fd)
 	return errno == EWOULDBLOCK;
 }
 
-struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
+/* The region of dgid, opened and checked, its header mapped: a new peer
+ * entry, or NULL. */
+static struct shm_peer *peer_open(const uint8_t dgid[16])
 {
 	char path[96];
 	struct stat st;
-	struct shm_tx *tx;
-	uint32_t me = (uint32_t)getpid();
 
 	if (region_path(dgid, path, sizeof(path)) < 0)
 		return NULL;
@@ -636,7 +677,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 		close(fd);
 		return NULL;
 	}
-	int slot_hdr = -1, slot_ring = -1;
+	int slot_hdr = -1;
 	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (r != MAP_FAILED && (slot_hdr = shm_guard_add(r, SHM_HDR_BYTES)) < 0)
 		munmap(r, SHM_HDR_BYTES);
@@ -644,28 +685,81 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 		close(fd);
 		return NULL;
 	}
-	if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
+	struct shm_peer *pe = calloc(1, sizeof(*pe));
+	if (!pe || __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
 	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT ||
-	    memcmp(r->gid, dgid, 16))
-		goto fail;
-	/* claim a free ring (given back and drained by the consumer), or one
-	 * whose producer died once the consumer has taken all it left (so
-	 * that the consumer stands where we begin).  Its lock first: a live
-	 * producer holds it */
+	    memcmp(r->gid, dgid, 16) || shm_guard_dead(slot_hdr)) {
+		free(pe);
+		shm_guard_del(slot_hdr);
+		munmap(r, SHM_HDR_BYTES);
+		close(fd);
+		return NULL;
+	}
+	memcpy(pe->gid, dgid, 16);
+	pe->r = r;
+	pe->fd = fd;
+	pe->ino = st.st_ino;
+	pe->slot_hdr = slot_hdr;
+	return pe;
+}
+
+/* Is the entry still the live region its name gives?  Its owner may have
+ * died (its lock is free) or its address may have gone to a successor's
+ * region; then its rings serve the flows that have them, and new flows
+ * open the name afresh. */
+static bool peer_current(const struct shm_peer *pe)
+{
+	char path[96];
+	struct stat st;
+
+	return !shm_guard_dead(pe->slot_hdr) && region_path(pe->gid, path, sizeof(path)) == 0 && stat(path, &st) == 0 && st.st_ino == pe->ino &&
+	       owner_alive(pe->fd);
+}
+
+static void peer_unlink(struct shm_peer *pe)
+{
+	for (struct shm_peer **pp = &peers; *pp; pp = &(*pp)->next)
+		if (*pp == pe) {
+			*pp = pe->next;
+			break;
+		}
+	pe->next = NULL;
+}
+
+static void peer_free(struct shm_peer *pe)
+{
+	shm_guard_del(pe->slot_hdr);
+	munmap(pe->r, SHM_HDR_BYTES);
+	close(pe->fd);
+	free(pe);
+}
+
+/* Claim a ring of pe's region not held by this process: a free one (given
+ * back and drained by the consumer), or one whose producer died once the
+ * consumer has taken all it left (so that the consumer stands where we
+ * begin).  Its lock first: a live producer of another process holds it
+ * (our own rings, whose locks are on this very fd and so would not
+ * conflict, are skipped by `held`). */
+static struct shm_tx *ring_claim(struct shm_peer *pe)
+{
+	struct shm_region *r = pe->r;
+	uint32_t me = (uint32_t)getpid();
 	unsigned idx;
 	uint8_t *ring = NULL;
+	int slot_ring = -1;
+
 	for (idx = 0; idx < SHM_RINGS; idx++) {
-		if (!ring_lock(fd, idx, true))
+		if (pe->held[idx] || !ring_lock(pe->fd, idx, true))
 			continue;
 		uint32_t o = atomic_load(&r->ring[idx].owner);
 		if (!o && (atomic_load(&r->ring_mask) & (1u << idx))) {
-			ring_lock(fd, idx, false);
+			ring_lock(pe->fd, idx, false);
 			continue;  /* given back, its last records not yet taken */
 		}
-		ring = ring_map(fd, idx, &slot_ring);
+		ring = ring_map(pe->fd, idx, &slot_ring);
 		if (!ring) {
-			ring_lock(fd, idx, false);
-			break;  /* /dev/shm is full: UDP */
+			ring_lock(pe->fd, idx, false);
+			return NULL;  /* /dev/shm is full: UDP */
 		}
 		uint32_t t = atomic_load(&r->ring[idx].tail);
 		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(t % SHM_UNITS) * SHM_UNIT);
@@ -674,24 +768,23 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 			break;
 		ring_unmap(ring, slot_ring);
 		ring = NULL;
-		ring_lock(fd, idx, false);
+		ring_lock(pe->fd, idx, false);
 	}
-	tx = ring && !shm_guard_dead(slot_hdr) && !shm_guard_dead(slot_ring) ? calloc(1, sizeof(*tx)) : NULL;
+	if (!ring)
+		return NULL;
+	struct shm_tx *tx = shm_guard_dead(slot_ring) ? NULL : calloc(1, sizeof(*tx));
 	if (!tx) {
-		if (ring) {
-			ring_unmap(ring, slot_ring);
-			atomic_store(&r->ring[idx].owner, 0);
-			ring_lock(fd, idx, false);
-		}
-		goto fail;
+		ring_unmap(ring, slot_ring);
+		atomic_store(&r->ring[idx].owner, 0);
+		ring_lock(pe->fd, idx, false);
+		return NULL;
 	}
-	tx->r = r;
+	pthread_mutex_init(&tx->lock, NULL);
+	tx->peer = pe;
+	tx->slot_ring = slot_ring;
 	tx->ring = ring;
 	tx->idx = idx;
 	tx->ctl = &r->ring[idx];
-	tx->fd = fd;
-	tx->slot_hdr = slot_hdr;
-	tx->slot_ring = slot_ring;
 	/* records start where the consumer stands; the bytes there are an
 	 * earlier lap's and must not be taken for a record of ours while we
 	 * write over them */
@@ -699,35 +792,85 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	struct shm_rec_hdr *first = (void *)(tx->ring + (size_t)(tx->head % SHM_UNITS) * SHM_UNIT);
 	atomic_store(&first->seq, tx->head);  /* anything but head + 1 */
 	atomic_fetch_or(&r->ring_mask, 1u << idx);
+	pe->held[idx] = tx;
+	pe->nheld++;
 	return tx;
-fail:
-	shm_guard_del(slot_hdr);
-	munmap(r, SHM_HDR_BYTES);
-	close(fd);
-	return NULL;
 }
 
-/* The region was truncated under the producer ("Truncation" above). */
+struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
+{
+	struct shm_peer *pe;
+	struct shm_tx *tx = NULL;
+
+	pthread_mutex_lock(&peers_lock);
+	if (peers_pid != getpid()) {
+		peers = NULL;  /* the parent's (a child's copy is left alone) */
+		peers_pid = getpid();
+	}
+	for (pe = peers; pe && memcmp(pe->gid, dgid, 16); pe = pe->next)
+		;
+	if (pe && !peer_current(pe)) {
+		peer_unlink(pe);  /* freed with its last ring */
+		pe = NULL;
+	}
+	bool fresh = !pe;
+	if (fresh && !(pe = peer_open(dgid)))
+		goto out;
+	if (pe->nheld < rings_own)
+		tx = ring_claim(pe);
+	if (!tx) {
+		/* none to claim: share the least used of ours */
+		for (unsigned i = 0; i < SHM_RINGS; i++)
+			if (pe->held[i] && (!tx || pe->held[i]->users < tx->users))
+				tx = pe->held[i];
+	}
+	if (tx)
+		tx->users++;
+	if (fresh) {
+		if (tx) {
+			pe->next = peers;
+			peers = pe;
+		} else {
+			peer_free(pe);
+		}
+	}
+out:
+	pthread_mutex_unlock(&peers_lock);
+	return tx;
+}
+
 static bool tx_dead(const struct shm_tx *tx)
 {
-	return shm_guard_dead(tx->slot_hdr) || shm_guard_dead(tx->slot_ring);
+	return shm_guard_dead(tx->peer->slot_hdr) || shm_guard_dead(tx->slot_ring);
 }
 
 void shm_tx_detach(struct shm_tx *tx)
 {
 	if (!tx)
 		return;
-	/* the consumer takes what is left and then frees the ring
-	 * (ring_release_if_done): the last ACK of a QP destroyed right after
-	 * it is still delivered */
-	if (!tx_dead(tx))
-		atomic_store(&tx->ctl->owner, 0);
-	ring_lock(tx->fd, tx->idx, false);
-	ring_unmap(tx->ring, tx->slot_ring);
-	shm_guard_del(tx->slot_hdr);
-	munmap(tx->r, SHM_HDR_BYTES);
-	close(tx->fd);
-	free(tx);
+	pthread_mutex_lock(&peers_lock);
+	if (peers_pid != getpid()) {
+		pthread_mutex_unlock(&peers_lock);
+		return;  /* the parent's ring, still the parent's */
+	}
+	if (--tx->users == 0) {
+		struct shm_peer *pe = tx->peer;
+		/* the consumer takes what is left and then frees the ring
+		 * (ring_release_if_done): the last ACK of a QP destroyed right
+		 * after it is still delivered */
+		if (!tx_dead(tx))
+			atomic_store(&tx->ctl->owner, 0);
+		ring_lock(pe->fd, tx->idx, false);
+		ring_unmap(tx->ring, tx->slot_ring);
+		pe->held[tx->idx] = NULL;
+		pthread_mutex_destroy(&tx->lock);
+		free(tx);
+		if (--pe->nheld == 0) {
+			peer_unlink(pe);
+			peer_free(pe);
+		}
+	}
+	pthread_mutex_unlock(&peers_lock);
 }
 
 /* Write the record at position pos (units long) and publish it.  The seq of
@@ -766,12 +909,15 @@ static bool ring_room(uint32_t head, uint32_t tail, uint32_t need)
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell)
 {
-	uint32_t head = tx->head;
 	int i;
 
 	*doorbell = false;
-	if (tx_dead(tx))
+	pthread_mutex_lock(&tx->lock);  /* one producer per call (struct shm_tx) */
+	if (tx_dead(tx)) {
+		pthread_mutex_unlock(&tx->lock);
 		return -EPIPE;
+	}
+	uint32_t head = tx->head;
 	/* the first record is published last (rec_publish) */
 	for (i = 0; i < n; i++) {
 		uint32_t len = msgs[i].len > SHM_PKT_MAX ? SHM_PKT_MAX : msgs[i].len; /* MTU <= 4096: never cut */
@@ -811,8 +957,10 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		atomic_store_explicit(&first->seq, tx->head + 1, memory_order_release);
 		tx->head = head;
 		atomic_thread_fence(memory_order_seq_cst);  /* see shm_rx_sleeping */
-		*doorbell = atomic_load_explicit(&tx->r->rx_sleeping, memory_order_relaxed) != 0;
+		*doorbell = atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
 	}
 	/* a fault during the copy: these records went nowhere */
-	return tx_dead(tx) ? -EPIPE : i;
+	int rc = tx_dead(tx) ? -EPIPE : i;
+	pthread_mutex_unlock(&tx->lock);
+	return rc;
 }

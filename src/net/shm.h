@@ -43,8 +43,12 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
  * `true` the caller polls the rings once more before it sleeps. */
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
 
-/* Sender side: a ring in the region of dgid, claimed for one flow; NULL
- * when dgid has no live region in this namespace or no ring is free. */
+/* Sender side: a ring in the region of dgid for one flow, kept for its
+ * life: one of its own for each of the process's first flows to dgid (a
+ * quarter of the rings), later ones share the least used of those (shm.c,
+ * struct shm_tx); NULL when dgid has no live region in this namespace, or
+ * no ring is free and the process holds none there.  The region's fd and
+ * header mapping are one per peer address, not per flow. */
 struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
 void shm_tx_detach(struct shm_tx *tx);
 /* The records of a send call appear to the consumer together (shm.c), so a
@@ -84,6 +88,9 @@ void shm_rx_test_view(struct shm_rx *rx, unsigned idx, struct shm_test_view *v);
 /* Tests: the consumer forgets what it learned of the rings (broken ones,
  * where its round-robin starts), as if newly opened; positions stay. */
 void shm_rx_test_reset(struct shm_rx *rx);
+/* Tests: how many rings of a region the process claims before its flows
+ * share them (0: the default, a quarter). */
+void shm_tx_test_rings_own(unsigned n);
 
 /* Removes regions whose owners died (their lock is free); the device calls
  * it once before it opens its regions. */

@@ -1,14 +1,23 @@
 /* The UDP socket backend: RoCEv2 over ordinary UDP sockets, no privileges.
  *
- * Receive: one socket per GID bound to <address>:4791.  Transmit: one socket
- * per QP bound to <address>:<per-QP source port> (§1.4: the source port is
- * the QP's ECMP entropy, constant for its life), sharing the port with
- * SO_REUSEPORT in the rare case two QPs hash to the same value.
+ * Receive: one socket per GID bound to <address>:4791.  Transmit: a small
+ * pool of UDP_TX_POOL unconnected sockets per GID, bound to the fixed
+ * source ports 0xC000 | 0..UDP_TX_POOL-1, each shared by every flow whose
+ * source port folds to it (tx_sock) -- not a socket per QP, so the number
+ * of QPs is not bound by RLIMIT_NOFILE (issue #13).  A QP's datagrams all leave from
+ * one socket, so its source port stays fixed for its life (§1.4).  The
+ * pool's sockets set SO_REUSEPORT, so processes of one user that share an
+ * address (the rdma_cm issue's design) can each bind the same pool; a port
+ * taken otherwise falls back to one ephemeral-port socket.
  *
  * ICRC note (§4.2): the kernel picks the IPv4 Identification, which the ICRC
- * covers.  An unconnected socket that sets DF gets ID 0, which is what the
- * transport assumes when it computes the ICRC.  Runs of equal-size packets
- * leave in one GSO send; received bundles (GRO) are split here.
+ * covers.  An unconnected socket that sets DF gets ID 0 (ip_select_ident:
+ * a socket with no inet_daddr), however many flows share it, which is what
+ * the transport assumes when it computes the ICRC.  Runs of equal-size
+ * packets leave in one GSO send (UDP_SEGMENT per call, so nothing of it
+ * stays on the shared socket); received bundles (GRO) are split here.  The
+ * traffic class goes with each call too (IP_TOS / IPV6_TCLASS control
+ * messages), since QPs sharing a socket may differ in it.
  *
  * It also offers doorbells: an 8-byte datagram sent from a flow to a peer's
  * port 4791 that wakes the peer's sleeping engine and is recognised and
@@ -22,6 +31,7 @@
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -56,8 +66,30 @@ static int sys_recvmmsg(int fd, struct mmsghdr *mm, unsigned n)
 #define UDP_GRO 104
 #endif
 
+/* A shared transmit socket (fd -1: not opened yet, -2: its port could not
+ * be bound, the ephemeral-port one stands in).  sendmmsg on one
+ * socket from several threads is safe: the kernel sends each datagram
+ * whole, and nothing per flow is kept on the socket. */
+struct udp_txsock {
+	int fd;
+	bool v4;
+	uint16_t port;  /* the source port it sends from */
+};
+
+/* The pool's size: source ports 0xC000 | (the asked port's low 6 bits).
+ * rxe uses the whole 14-bit hash of rdma_get_udp_sport (§1.4); 64 ports
+ * keep ECMP entropy across flows, and the port is only that -- §1.4:
+ * receivers must accept any value, and none (rxe, a NIC, uroce) looks at
+ * it beyond the ICRC, which is computed with the port actually sent
+ * (net_flow_sport). */
+#define UDP_TX_POOL 64
+
 struct udp_priv {
 	int rx_fd[UROCE_MAX_GIDS];
+	/* [gid][source port % UDP_TX_POOL]; the last one is the ephemeral fallback */
+	struct udp_txsock tx[UROCE_MAX_GIDS][UDP_TX_POOL + 1];
+	pthread_mutex_t tx_lock;             /* opening pool sockets (flow_open only) */
+	struct uroce_config *cfg;
 	int nrx;
 	unsigned rr;
 	uint8_t *bufs;                       /* UROCE_RX_BUFS buffers of UROCE_RX_BUFSZ */
@@ -72,15 +104,13 @@ struct udp_priv {
  * for it; anything else that short is dropped as truncated. */
 static const uint8_t doorbell_bytes[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
 
-/* A QP's transmit socket, with room to gather a batch into GSO sends. Used
- * under its QP's lock only. */
+/* A QP's transmit flow: its pool socket, and room to gather a batch into
+ * GSO sends.  Used under its QP's lock only; the socket is the pool's. */
 struct uroce_backend_flow {
-	int fd;
-	bool v4;
-	int tos;
+	const struct udp_txsock *sock;
 	struct mmsghdr mm[UROCE_TX_BATCH];
 	union {
-		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} cmsg[UROCE_TX_BATCH];
 	struct iovec iov[UROCE_TX_BATCH * 4 + UROCE_TX_IOV];
@@ -244,6 +274,11 @@ static int udp_open(struct uroce_backend *be)
 
 	if (!p)
 		return -ENOMEM;
+	for (int g = 0; g < UROCE_MAX_GIDS; g++)
+		for (int i = 0; i <= UDP_TX_POOL; i++)
+			p->tx[g][i].fd = -1;
+	pthread_mutex_init(&p->tx_lock, NULL);
+	p->cfg = cfg;
 	p->bufs = malloc((size_t)UROCE_RX_BUFS * UROCE_RX_BUFSZ);
 	if (!p->bufs) {
 		free(p);
@@ -287,6 +322,7 @@ static int udp_open(struct uroce_backend *be)
 fail:
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
+	pthread_mutex_destroy(&p->tx_lock);
 	free(p->bufs);
 	free(p);
 	return rc;
@@ -300,9 +336,68 @@ static void udp_close(struct uroce_backend *be)
 		return;
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
+	for (int g = 0; g < UROCE_MAX_GIDS; g++)
+		for (int i = 0; i <= UDP_TX_POOL; i++)
+			if (p->tx[g][i].fd >= 0)
+				close(p->tx[g][i].fd);
+	pthread_mutex_destroy(&p->tx_lock);
 	free(p->bufs);
 	free(p);
 	be->priv = NULL;
+}
+
+/* The pool socket of sgid for source port sport, opened on first use and
+ * kept until the backend closes: at most UDP_TX_POOL + 1 fds per address,
+ * however many QPs. */
+static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[16], uint16_t sport)
+{
+	int g;
+
+	for (g = 0; g < p->cfg->ngids && memcmp(p->cfg->gids[g], sgid, 16); g++)
+		;
+	if (g == p->cfg->ngids || g >= UROCE_MAX_GIDS) {
+		errno = EADDRNOTAVAIL;
+		return NULL;
+	}
+	int i = (int)(sport % UDP_TX_POOL), fd = 0;
+	struct udp_txsock *s = &p->tx[g][i];
+	pthread_mutex_lock(&p->tx_lock);
+	if (s->fd == -1) {
+		s->port = (uint16_t)(0xC000 | i);
+		fd = udp_socket(sgid, s->port, true, false);
+		s->v4 = gid_is_ipv4(sgid);
+		if (fd >= 0)
+			s->fd = fd;
+		else if (fd == -EADDRINUSE || fd == -EACCES)
+			s->fd = -2;  /* not tried again */
+	}
+	if (s->fd == -2) {
+		/* the port is someone else's (another user's socket): this
+		 * pool slot sends from the ephemeral-port socket, still a
+		 * valid RoCEv2 sender, receivers accept any source port (§1.4) */
+		s = &p->tx[g][UDP_TX_POOL];
+		if (s->fd < 0) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			uint8_t gid[16];
+			fd = udp_socket(sgid, 0, false, false);
+			if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+				sockaddr_to_gid(&ss, gid, &s->port);
+				s->v4 = gid_is_ipv4(sgid);
+				s->fd = fd;
+			} else if (fd >= 0) {
+				int e = errno;
+				close(fd);
+				fd = -e;
+			}
+		}
+	}
+	if (s->fd < 0)
+		s = NULL;  /* out of fds or the like: tried again next time */
+	pthread_mutex_unlock(&p->tx_lock);
+	if (!s)
+		errno = fd < 0 ? -fd : EIO;
+	return s;
 }
 
 /* Every peer is reached the same way: `peer` says nothing here. */
@@ -311,32 +406,27 @@ static struct uroce_backend_flow *udp_flow_open(struct uroce_backend *be, const 
 {
 	struct uroce_backend_flow *f = calloc(1, sizeof(*f));
 
-	(void)be;
 	(void)peer;
 	if (!f)
 		return NULL;
-	f->fd = udp_socket(sgid, sport, true, false);
-	if (f->fd < 0) {
-		/* Fall back to an ephemeral source port: still a valid RoCEv2
-		 * sender, receivers accept any source port (§1.4). */
-		f->fd = udp_socket(sgid, 0, false, false);
-		if (f->fd < 0) {
-			errno = -f->fd;
-			free(f);
-			return NULL;
-		}
+	f->sock = tx_sock(be->priv, sgid, sport);
+	if (!f->sock) {
+		int e = errno;
+		free(f);
+		errno = e;
+		return NULL;
 	}
-	f->v4 = gid_is_ipv4(sgid);
-	f->tos = 0;
 	return f;
 }
 
 static void udp_flow_close(struct uroce_backend_flow *f)
 {
-	if (!f)
-		return;
-	close(f->fd);
-	free(f);
+	free(f);  /* the socket is the pool's */
+}
+
+static uint16_t udp_flow_sport(const struct uroce_backend_flow *f)
+{
+	return f->sock->port;
 }
 
 /* Wakes the engine sleeping at dgid's port 4791 (udp_recv skips it). */
@@ -346,8 +436,40 @@ static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16])
 	socklen_t sl;
 
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
-	ssize_t r = sendto(f->fd, doorbell_bytes, sizeof(doorbell_bytes), 0, (struct sockaddr *)&ss, sl);
+	ssize_t r = sendto(f->sock->fd, doorbell_bytes, sizeof(doorbell_bytes), 0, (struct sockaddr *)&ss, sl);
 	return r > 0 ? 0 : r < 0 ? -errno : -EIO;
+}
+
+/* A call's control messages: the traffic class unless it is 0 (the
+ * socket's own), and the GSO segment size of a run (segsz 0: one packet).
+ * Both per call, as the socket is shared. */
+static void tx_cmsgs(struct msghdr *h, char *buf, size_t room, bool v4, uint8_t tos, uint16_t segsz)
+{
+	size_t len = 0;
+
+	if (!tos && !segsz)
+		return;
+	memset(buf, 0, room);
+	h->msg_control = buf;
+	h->msg_controllen = room;
+	struct cmsghdr *c = CMSG_FIRSTHDR(h);
+	if (tos) {
+		int t = tos;
+		c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+		c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
+		c->cmsg_len = CMSG_LEN(sizeof(t));
+		memcpy(CMSG_DATA(c), &t, sizeof(t));
+		len += CMSG_SPACE(sizeof(t));
+		c = CMSG_NXTHDR(h, c);
+	}
+	if (segsz) {
+		c->cmsg_level = IPPROTO_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(segsz));
+		memcpy(CMSG_DATA(c), &segsz, sizeof(segsz));
+		len += CMSG_SPACE(sizeof(segsz));
+	}
+	h->msg_controllen = len;
 }
 
 static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_t tos,
@@ -358,14 +480,6 @@ static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 	int sent = 0;
 
 	(void)wake; /* a socket's peer wakes on its own */
-	if (tos != f->tos) {
-		int t = tos;
-		if (f->v4)
-			setsockopt(f->fd, IPPROTO_IP, IP_TOS, &t, sizeof(t));
-		else
-			setsockopt(f->fd, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof(t));
-		f->tos = tos;
-	}
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
 	while (sent < n) {
 		/* one datagram per GSO run: the run's packets' iovecs back to back */
@@ -390,22 +504,14 @@ static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 				niov += msgs[k].iovcnt;
 			}
 			h->msg_iovlen = (size_t)need;
-			if (j - i > 1) {
-				uint16_t segsz = (uint16_t)msgs[i].len;
-				h->msg_control = f->cmsg[nm].buf;
-				h->msg_controllen = sizeof(f->cmsg[nm].buf);
-				struct cmsghdr *c = CMSG_FIRSTHDR(h);
-				c->cmsg_level = IPPROTO_UDP;
-				c->cmsg_type = UDP_SEGMENT;
-				c->cmsg_len = CMSG_LEN(sizeof(segsz));
-				memcpy(CMSG_DATA(c), &segsz, sizeof(segsz));
-			}
+			tx_cmsgs(h, f->cmsg[nm].buf, sizeof(f->cmsg[nm].buf), f->sock->v4, tos,
+				 j - i > 1 ? (uint16_t)msgs[i].len : 0);
 			first[nm] = i;
 			count[nm] = j - i;
 			nm++;
 			i = j;
 		}
-		int r = sys_sendmmsg(f->fd, f->mm, (unsigned)nm);
+		int r = sys_sendmmsg(f->sock->fd, f->mm, (unsigned)nm);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -564,6 +670,7 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.close = udp_close,
 	.flow_open = udp_flow_open,
 	.flow_close = udp_flow_close,
+	.flow_sport = udp_flow_sport,
 	.send = udp_send,
 	.doorbell = udp_doorbell,
 	.recv = udp_recv,

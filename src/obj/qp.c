@@ -465,7 +465,7 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	}
 	if ((mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) && next >= IBV_QPS_RTR && next != IBV_QPS_ERR) {
 		uint16_t sport = roce_udp_sport(qp->attr.ah_attr.grh.flow_label, qp->qpn, qp->attr.dest_qp_num);
-		if (!qp->flow || sport != qp->sport) {
+		if (!qp->flow || sport != qp->sport_asked) {
 			struct uroce_flow *f = net_flow_open(dev->net, qp->sgid, sport,
 							       qp->type == IBV_QPT_UD ? NULL : qp->dgid);
 			if (!f) {
@@ -475,7 +475,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 			if (qp->flow)
 				net_flow_close(dev->net, qp->flow);
 			qp->flow = f;
-			qp->sport = sport;
+			qp->sport = net_flow_sport(f);
+			qp->sport_asked = sport;
 		}
 	}
 

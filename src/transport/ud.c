@@ -89,7 +89,7 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, 
 		qp->ud_flows[w->sgid_index] = net_flow_open(dev->net, dev->cfg.gids[w->sgid_index], sport, NULL);
 		if (!qp->ud_flows[w->sgid_index])
 			return;
-		qp->sport = sport;
+		qp->sport = net_flow_sport(qp->ud_flows[w->sgid_index]);
 	}
 	qp->flow = qp->ud_flows[w->sgid_index];
 	memcpy(qp->dgid, w->dgid, 16);

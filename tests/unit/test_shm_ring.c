@@ -481,7 +481,8 @@ static void test_dead_producer(void)
 	struct shm_rx *rx = region_with_dead_producer(gid, 4);
 	if (!rx)
 		return;
-	/* every other ring taken */
+	/* every other ring taken (this process may claim them all) */
+	shm_tx_test_rings_own(32);
 	struct shm_tx *others[31];
 	int nothers = 0;
 	for (int i = 0; i < 31; i++)
@@ -489,7 +490,10 @@ static void test_dead_producer(void)
 			nothers++;
 	CHECK(nothers == 31, "31 more rings (%d)", nothers);
 	struct shm_tx *tx = shm_tx_attach(gid);
-	CHECK(!tx, "the dead producer's ring is not taken while its packets are unread");
+	bool ours = false;
+	for (int i = 0; i < nothers; i++)
+		ours |= tx == others[i];
+	CHECK(tx && ours, "the dead producer's ring is not taken while its packets are unread: one of ours is shared");
 	shm_tx_detach(tx);
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
@@ -497,7 +501,10 @@ static void test_dead_producer(void)
 	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 2 && matches(pkts[0].buf, 30, 9), "the dead producer's packets are delivered (%d)", n);
 	tx = shm_tx_attach(gid);
-	CHECK(tx, "then its ring is taken over");
+	ours = false;
+	for (int i = 0; i < nothers; i++)
+		ours |= tx == others[i];
+	CHECK(tx && !ours, "then its ring is taken over");
 	if (tx) {
 		send_one(tx, 11, 20);
 		CHECK(got_one(rx, 11, 20), "and carries the new producer's packet");
@@ -505,6 +512,47 @@ static void test_dead_producer(void)
 	}
 	for (int i = 0; i < nothers; i++)
 		shm_tx_detach(others[i]);
+	shm_tx_test_rings_own(0);
+	shm_rx_close(rx);
+}
+
+/* A process's flows to one peer: the first quarter of the rings are one
+ * each, later flows share the least used of them (one fd and header
+ * mapping per peer, not per flow: issue #13).  A shared ring carries each
+ * flow's packets, stays claimed while any flow has it, and is given back
+ * with the last. */
+static void test_rings_shared(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx = region_of(gid, 9);
+	if (!rx)
+		return;
+	struct shm_tx *tx[24];
+	int distinct = 0;
+	for (int i = 0; i < 24; i++) {
+		tx[i] = shm_tx_attach(gid);
+		CHECK(tx[i], "flow %d has a ring", i);
+		if (!tx[i])
+			return;
+		bool seen = false;
+		for (int k = 0; k < i; k++)
+			seen |= tx[k] == tx[i];
+		distinct += !seen;
+		CHECK(seen == (i >= 8), "flow %d: %s ring", i, i >= 8 ? "a shared" : "its own");
+	}
+	CHECK(distinct == 8, "8 rings claimed (%d)", distinct);
+	/* flows 8..15 share rings 0..7 once each, 16..23 twice */
+	for (int i = 8; i < 24; i++)
+		CHECK(tx[i] == tx[i % 8], "flow %d shares the least used ring", i);
+	for (int i = 0; i < 8; i++)
+		shm_tx_detach(tx[i]);
+	for (int i = 8; i < 24; i++) {
+		send_one(tx[i], 100 + (uint32_t)i, 40);
+		CHECK(got_one(rx, 100 + (uint32_t)i, 40), "flow %d's packet, after the ring's first flow is gone", i);
+	}
+	for (int i = 8; i < 24; i++)
+		shm_tx_detach(tx[i]);
+	CHECK(!got_one(rx, 0, 0) && !shm_rx_active(rx), "the rings are given back with their last flow");
 	shm_rx_close(rx);
 }
 
@@ -645,6 +693,7 @@ int main(void)
 	test_dead_owner();
 	test_dead_producer();
 	test_dead_producer_reaped();
+	test_rings_shared();
 	test_position_wrap();
 	test_calls_appear_whole();
 	test_truncated_region();
