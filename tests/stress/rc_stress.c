@@ -33,8 +33,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
