@@ -27,6 +27,17 @@ if [ "${UROCE_SKIP_SANITIZE:-0}" != 1 ]; then
 	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 	echo "== ctest under sanitizers (all but the multi-host network and rxe VM tests)"
 	(cd build-asan && ctest --output-on-failure --timeout 600 -LE 'net|interop' "$@")
+	unset UROCE_SANITIZER_RUNTIME ASAN_OPTIONS UBSAN_OPTIONS
+
+	# ThreadSanitizer: the library and the stress test instrumented (libibverbs
+	# is not; it only dispatches), the runtime preloaded first by the launcher
+	# (tests/stress/README.md); a data race fails the test
+	echo "== build with ThreadSanitizer; the concurrency stress test under it"
+	cmake -S "$UROCE_ROOT" -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON >/dev/null
+	cmake --build build-tsan -j"$(nproc)" --target uroce uroce-launcher rc_stress
+	export UROCE_SANITIZER_RUNTIME=$(gcc -print-file-name=libtsan.so)
+	export TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0
+	(cd build-tsan && ctest --output-on-failure --timeout 600 -L stress "$@")
 fi
 
 if [ "${UROCE_SKIP_FUZZ:-0}" != 1 ]; then

@@ -200,6 +200,8 @@ struct uroce_comp {
 	uint32_t una_psn;           /* oldest unacknowledged PSN */
 	unsigned retry_left, rnr_left;
 	bool rnr_wait;              /* an RNR NAK's wait is running */
+	bool rnr_nak_seen;          /* an RNR NAK of rnr_nak_psn came since the last progress */
+	uint32_t rnr_nak_psn;
 	bool read_gap_asked;        /* a READ gap was re-requested; no more until progress */
 	uint32_t read_gap_psn;
 };

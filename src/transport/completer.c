@@ -36,6 +36,7 @@ static void progress_made(struct uroce_qp *qp, uint32_t old_una)
 	qp->req.probe_out = false;
 	qp_timers_off(qp);
 	qp->comp.read_gap_asked = false;
+	qp->comp.rnr_nak_seen = false;
 }
 
 /* Everything before `psn` is acknowledged (an ACK for psn-1, or a NAK or
@@ -123,6 +124,8 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			qp->comp.rnr_left--;
 		}
 		qp->comp.rnr_wait = true;
+		qp->comp.rnr_nak_seen = true;
+		qp->comp.rnr_nak_psn = psn;
 		qp->comp.una_psn = psn;
 		qp_timers_off(qp);
 		qp_timer_set(qp, now_ns() + (uint64_t)rnr_timer_us[syn & 0x1F] * 1000);
@@ -135,8 +138,15 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			dev_count(qp->dev, UC_seq_naks_rx, 1);
 			/* after an RNR NAK the responder NAKs the packets that
 			 * followed (rxe does, see rxe-captures/rnr.txt); the RNR
-			 * timer restarts them anyway */
-			if (qp->comp.rnr_wait)
+			 * timer restarts them anyway.  Such a NAK may also come
+			 * after the wait (a short min_rnr_timer): it names the
+			 * RNR NAK's PSN, which the RNR retry already went back
+			 * to, so it is no new gap.  Charged to retry_cnt, each
+			 * RNR round would spend a transport retry, and a slow
+			 * receiver under rnr_retry 7 (for ever, §6.6) would end
+			 * in RETRY_EXC_ERR; a real loss of the resent packet is
+			 * still caught by the ACK timer. */
+			if (qp->comp.rnr_wait || (qp->comp.rnr_nak_seen && psn == qp->comp.rnr_nak_psn))
 				return;
 			uint32_t old_una = qp->comp.una_psn;
 			if (!ack_before(qp, psn))

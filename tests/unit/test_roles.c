@@ -1883,6 +1883,42 @@ out:
 	rig_down(&r);
 }
 
+/* The sequence NAK a responder sends for the packets behind an RNR NAKed
+ * one may arrive after a short RNR wait, when the retry already went back
+ * to that PSN: it is no new gap and spends no transport retry, so a slow
+ * receiver under rnr_retry 7 never ends in RETRY_EXC_ERR (§6.6; found by
+ * tests/stress/rc_stress over UDP). */
+static void test_timer_rnr_then_seq_nak(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, 100, m.mr->lkey };
+	post_send(&r, 0xf2, IBV_WR_SEND, &sge, 1, 0, 0);
+	/* more rounds than retry_cnt (7) allows */
+	for (unsigned i = 0; i < 10; i++) {
+		fake_sent_clear();
+		queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_RNR_NAK | 1, 0, NULL, 0);
+		deliver();
+		fire_timers(&r, now_ns() + 1000000ull);
+		check_nsent(1, "RNR timer");
+		queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_NAK_PSN_SEQ, 0, NULL, 0);
+		deliver();
+		CHECK(cq_take(r.scq, wc, 2) == 0, "round %u: a completion (status %d) after RNR and sequence NAKs",
+		      i, (int)wc[0].status);
+	}
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "ACK after the RNR rounds: not 1 completion");
+	check_wc(&wc[0], 0xf2, IBV_WC_SUCCESS, IBV_WC_SEND, r.qpn, "SEND after RNR rounds");
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* ============================================================ both ends */
 
 /* Requester and responder on one device, the captured packets fed back:
@@ -3219,6 +3255,7 @@ int main(void)
 		{ "completer: missing READ response asked again from the gap", test_comp_read_gap },
 		{ "timers: ACK timeout resends, then RETRY_EXC_ERR", test_timer_retry },
 		{ "timers: RNR NAK waits for its timer", test_timer_rnr },
+		{ "timers: a sequence NAK behind an RNR NAK spends no retry", test_timer_rnr_then_seq_nak },
 		{ "both: captured WRITE fed back lands, its ACK completes it", test_loopback_write },
 		{ "memory: receive posted, then rereg(addr): LOC_PROT_ERR, NAK 0x63", test_mem_recv_then_rereg_addr },
 		{ "memory: receive posted, then rereg(PD): LOC_PROT_ERR, NAK 0x63", test_mem_recv_then_rereg_pd },
