@@ -37,6 +37,7 @@ struct uroce_dev {
 	struct uroce_config cfg;
 	struct uroce_net *net;
 	struct uroce_stats_page *stats; /* counters, published at /dev/shm/uroce.<pid> */
+	int stats_guard;                /* its SIGBUS guard (net/shm.h), -1: none */
 	char stats_path[64];
 
 	_Atomic(struct uroce_qp *) qp_table[UROCE_MAX_QP];

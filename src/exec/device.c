@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "../net/net.h"
+#include "../net/shm.h"
 #include "../transport/transport.h"
 
 static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -33,6 +34,7 @@ static void dev_free(struct uroce_dev *dev)
 	net_destroy(dev->net);
 	free(dev->rx_pkts);
 	free(dev->acks_owed);
+	shm_unguard_mapping(dev->stats_guard);
 	stats_page_close(dev->stats, dev->stats_path);
 	pthread_mutex_destroy(&dev->lock);
 	pthread_mutex_destroy(&dev->rx_lock);
@@ -93,6 +95,9 @@ static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bo
 		raise_nofile();
 	if (rc == 0 && !(dev->stats = stats_page_open(dev->stats_path, dev->cfg.stats_mode)))
 		rc = -ENOMEM;
+	/* the page is a file our user's processes may truncate: guarded as
+	 * the ring regions are, so counting goes on into zero pages */
+	dev->stats_guard = rc == 0 ? shm_guard_mapping(dev->stats, sizeof(*dev->stats)) : -1;
 	if (rc == 0) {
 		dev->net = backend ? net_create_backend(&dev->cfg, dev->stats, backend)
 				   : net_create(&dev->cfg, dev->stats);

@@ -7,6 +7,7 @@
 #include "exec.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -135,6 +136,14 @@ static void *engine_main(void *arg)
 	bool spare = false;
 
 	mark_engine_thread();
+	/* The thread inherits its creator's signal mask; a fault in a ring
+	 * region a peer truncated raises SIGBUS here, and a blocked SIGBUS
+	 * from a fault kills the process whatever handler is installed
+	 * (net/shm.c's guard, issue #13) */
+	sigset_t bus;
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
 	while (!atomic_load(&dev->eng.stop)) {
 		uint64_t now = now_ns();
 		uint64_t app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);

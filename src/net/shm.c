@@ -249,6 +249,16 @@ static void shm_guard_del(int slot)
 	atomic_store(&shm_maps[slot].lo, 0);
 }
 
+int shm_guard_mapping(void *p, size_t len)
+{
+	return shm_guard_add(p, len);
+}
+
+void shm_unguard_mapping(int slot)
+{
+	shm_guard_del(slot);
+}
+
 static bool shm_guard_dead(int slot)
 {
 	return atomic_load_explicit(&shm_maps[slot].dead, memory_order_relaxed) != 0;
@@ -797,6 +807,8 @@ static struct shm_tx *ring_claim(struct shm_peer *pe)
 	return tx;
 }
 
+static bool tx_dead(const struct shm_tx *tx);
+
 struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 {
 	struct shm_peer *pe;
@@ -821,7 +833,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	if (!tx) {
 		/* none to claim: share the least used of ours */
 		for (unsigned i = 0; i < SHM_RINGS; i++)
-			if (pe->held[i] && (!tx || pe->held[i]->users < tx->users))
+			if (pe->held[i] && !tx_dead(pe->held[i]) && (!tx || pe->held[i]->users < tx->users))
 				tx = pe->held[i];
 	}
 	if (tx)

@@ -88,6 +88,14 @@ void shm_rx_test_view(struct shm_rx *rx, unsigned idx, struct shm_test_view *v);
 /* Tests: the consumer forgets what it learned of the rings (broken ones,
  * where its round-robin starts), as if newly opened; positions stay. */
 void shm_rx_test_reset(struct shm_rx *rx);
+
+/* Another shared file mapping a peer of our user could truncate (the
+ * counters page, util/stats.c): a SIGBUS in it turns it into private zero
+ * pages, as for a region's (issue #13), and the process goes on.  For the
+ * mapping's life (its slot, -1 when the guard table is full); unguarded
+ * before it is unmapped. */
+int shm_guard_mapping(void *p, size_t len);
+void shm_unguard_mapping(int slot);
 /* Tests: how many rings of a region the process claims before its flows
  * share them (0: the default, a quarter). */
 void shm_tx_test_rings_own(unsigned n);

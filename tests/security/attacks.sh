@@ -123,6 +123,23 @@ for mode in default 0644; do
 	wait "$p"
 done
 
+# 3b. a process of the same user truncates the live counters page (not a
+# planted name: the page itself): the next counter would fault; the page is
+# guarded as the ring regions are, so the process counts on into zero pages
+port=$(free_port)
+"$U" run -- ibv_rc_pingpong -g 0 -p "$port" -n 2000 >"$tmp/page.s" 2>&1 &
+p=$!; pids+=("$p")
+wait_listen "$port" || bad "page truncation: the server does not listen"
+truncate -s 0 "/dev/shm/uroce.$p" || bad "page truncation: no page at /dev/shm/uroce.$p"
+timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -n 2000 127.0.0.1 >"$tmp/page.c" 2>&1; crc=$?
+wait "$p"; src=$?
+if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "iters in" "$tmp/page.c"; then
+	ok "page truncation: the server ran its traffic after its counters page was truncated"
+else
+	bad "page truncation: server $src client $crc$(dies_of_signal $src && echo " (server killed by signal $((src - 128)))")"
+	cat "$tmp/page.s" "$tmp/page.c"
+fi
+
 # 4. a peer truncates both same-host regions under traffic
 gid_hex() { # pid -> the 32 hex digits of its gid[0] (IPv4-mapped)
 	local ip
