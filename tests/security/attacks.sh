@@ -149,7 +149,10 @@ gid_hex() { # pid -> the 32 hex digits of its gid[0] (IPv4-mapped)
 	printf '00000000000000000000ffff%02x%02x%02x%02x' "$a" "$b" "$c" "$d"
 }
 port=$(free_port)
-iters=20000
+# enough iterations that the run outlasts finding both regions and cutting
+# them (the first 1000 ring packets come within the first few thousand
+# iterations); the rest of the run goes by UDP, a few seconds
+iters=200000
 UROCE_STATS=1 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -s 1024 -n $iters >"$tmp/ring.s" 2>&1 &
 sp=$!; pids+=("$sp")
 wait_listen "$port" || bad "rings: the server does not listen"
