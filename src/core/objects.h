@@ -267,7 +267,6 @@ struct uroce_qp {
 	struct ibv_qp_attr attr;
 	struct ibv_qp_cap cap;
 	uint8_t dgid[16], sgid[16];
-	uint16_t sport;           /* UDP source port: per-QP entropy (§1.4), as sent (net_flow_sport) */
 	uint16_t sport_asked;     /* the rdma_get_udp_sport hash the flow was opened with */
 	uint8_t tx_tos;           /* IP TOS / traffic class of what it sends */
 	uint32_t pmtu;            /* bytes */

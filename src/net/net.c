@@ -196,7 +196,7 @@ static void tx_too_big(struct uroce_net *net, const struct uroce_txmsg *m, const
 }
 
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
-	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
+	     const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
 {
 	uint64_t bytes = 0;
 	bool wake = false;
@@ -206,7 +206,7 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		return 0;
 	if (net->pcap)
 		for (int i = 0; i < n; i++)
-			pcap_tap_write(net->pcap, sgid, dgid, sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
+			pcap_tap_write(net->pcap, sgid, dgid, flow->sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
 				       msgs[i].iov, msgs[i].iovcnt);
 	bool on_ring = flow->ring && !memcmp(dgid, flow->peer, 16);
 	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;

@@ -163,12 +163,12 @@ struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], 
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
 /* The UDP source port the flow's packets carry, which may differ from the
  * one asked for (a shared socket's, udp.c): the QP computes its ICRC with
- * it and gives it to net_send. */
+ * it, and net_send sends from it. */
 uint16_t net_flow_sport(const struct uroce_flow *flow);
 uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow);
 /* Sends with fault injection, pcap and counters applied. */
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
-	     uint16_t sport, const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
+	     const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 int net_add_fds(struct uroce_net *net, int epfd);

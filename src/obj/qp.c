@@ -475,7 +475,6 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 			if (qp->flow)
 				net_flow_close(dev->net, qp->flow);
 			qp->flow = f;
-			qp->sport = net_flow_sport(f);
 			qp->sport_asked = sport;
 		}
 	}

@@ -18,7 +18,7 @@ void txb_flush(struct tx_batch *b)
 	if (!b->n)
 		return;
 	if (qp->flow)
-		net_send(qp->dev->net, qp->flow, qp->sgid, qp->sport, qp->dgid, qp->tx_tos, b->msg, b->n);
+		net_send(qp->dev->net, qp->flow, qp->sgid, qp->dgid, qp->tx_tos, b->msg, b->n);
 	txb_begin_call(b);
 }
 
@@ -75,7 +75,7 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 
 	/* the ICRC covers the IPv4 ID the kernel will give this segment */
 	struct icrc_iphdr ih = {
-		.sgid = qp->sgid, .dgid = qp->dgid, .sport = qp->sport, .dport = ROCE_UDP_PORT,
+		.sgid = qp->sgid, .dgid = qp->dgid, .sport = net_flow_sport(qp->flow), .dport = ROCE_UDP_PORT,
 		.udp_len = (uint16_t)udp_len, .ip_id = m->gso_idx, .ip_frag = 0x4000,
 	};
 	for (unsigned i = 0; i < pad; i++)

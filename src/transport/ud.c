@@ -91,8 +91,6 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, 
 			return;
 	}
 	qp->flow = qp->ud_flows[w->sgid_index];
-	/* each GID's flow has its own port (a pool slot or the fallback, net/udp.c) */
-	qp->sport = net_flow_sport(qp->flow);
 	memcpy(qp->dgid, w->dgid, 16);
 	memcpy(qp->sgid, dev->cfg.gids[w->sgid_index], 16);
 	qp->tx_tos = w->tclass;
