@@ -56,6 +56,19 @@ held() {
 	pids+=("$HELD")
 }
 release() { echo go >"$HELD_FIFO"; }
+# client_survives NAME PID PORT WHAT: the pingpong client of server PID on
+# PORT runs its 2000 iterations, and both exit 0 (files $tmp/NAME.{s,c})
+client_survives() {
+	local crc src
+	timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$3" -n 2000 127.0.0.1 >"$tmp/$1.c" 2>&1; crc=$?
+	wait "$2"; src=$?
+	if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "iters in" "$tmp/$1.c"; then
+		ok "$1: $4"
+	else
+		bad "$1: server $src client $crc$(dies_of_signal $src && echo " (server killed by signal $((src - 128)))")"
+		cat "$tmp/$1.s" "$tmp/$1.c"
+	fi
+}
 
 echo "fs.protected_symlinks=$(sysctl -n fs.protected_symlinks 2>/dev/null) fs.protected_regular=$(sysctl -n fs.protected_regular 2>/dev/null)"
 
@@ -94,14 +107,7 @@ page=$(ls /dev/shm/uroce."$p".* 2>/dev/null | head -1)
 	|| bad "plain file: no page of root's own at a name of its own (${page:-none})"
 "$U" stat "$p" | grep -q "pid $p " && ok "plain file: uroce stat $p finds the counters" || bad "plain file: uroce stat $p does not find the process"
 as_nobody truncate -s 0 "/dev/shm/uroce.$p"
-timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -n 2000 127.0.0.1 >"$tmp/plain.c" 2>&1; crc=$?
-wait "$p"; src=$?
-if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "iters in" "$tmp/plain.c"; then
-	ok "plain file: the root process ran its traffic after nobody truncated the name"
-else
-	bad "plain file: server $src client $crc$(dies_of_signal $src && echo " (server killed by signal $((src - 128)))")"
-	cat "$tmp/plain.s" "$tmp/plain.c"
-fi
+client_survives plain "$p" "$port" "the root process ran its traffic after nobody truncated the name"
 rm -f "/dev/shm/uroce.$p"
 
 # 3. the page's mode; another user cannot read it
@@ -131,14 +137,7 @@ port=$(free_port)
 p=$!; pids+=("$p")
 wait_listen "$port" || bad "page truncation: the server does not listen"
 truncate -s 0 "/dev/shm/uroce.$p" || bad "page truncation: no page at /dev/shm/uroce.$p"
-timeout 120 "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -n 2000 127.0.0.1 >"$tmp/page.c" 2>&1; crc=$?
-wait "$p"; src=$?
-if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "iters in" "$tmp/page.c"; then
-	ok "page truncation: the server ran its traffic after its counters page was truncated"
-else
-	bad "page truncation: server $src client $crc$(dies_of_signal $src && echo " (server killed by signal $((src - 128)))")"
-	cat "$tmp/page.s" "$tmp/page.c"
-fi
+client_survives page "$p" "$port" "the server ran its traffic after its counters page was truncated"
 
 # 4. a peer truncates both same-host regions under traffic
 gid_hex() { # pid -> the 32 hex digits of its gid[0] (IPv4-mapped)
