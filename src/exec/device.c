@@ -3,7 +3,6 @@
 #include "exec.h"
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 #include "../net/net.h"
 #include "../net/shm.h"
@@ -41,25 +40,6 @@ static void dev_free(struct uroce_dev *dev)
 	free(dev);
 }
 
-/* The soft RLIMIT_NOFILE up to the hard one, as Go's runtime and others
- * do at start: uroce no longer needs an fd per QP (net/udp.c shares a few
- * transmit sockets per address), but an application with thousands of
- * QPs usually has thousands of other fds too (its connections, files).
- * A program that select()s on fds past FD_SETSIZE could not have opened
- * them before either, so raising the limit breaks nothing that worked. */
-static void raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
-		return;
-	rlim_t was = rl.rlim_cur;
-	rl.rlim_cur = rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-		LOG_DBG("uroce: RLIMIT_NOFILE soft limit raised from %llu to the hard limit %llu",
-			(unsigned long long)was, (unsigned long long)rl.rlim_max);
-}
-
 static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bool engine)
 {
 	struct uroce_dev *dev;
@@ -91,8 +71,6 @@ static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bo
 	dev->rx_pkts = calloc(UROCE_RX_BATCH, sizeof(*dev->rx_pkts));
 	dev->acks_owed = calloc(UROCE_RX_BATCH, sizeof(*dev->acks_owed));
 	rc = dev->rx_pkts && dev->acks_owed ? uroce_config_load(&dev->cfg) : -ENOMEM;
-	if (rc == 0)
-		raise_nofile();
 	if (rc == 0 && !(dev->stats = stats_page_open(dev->stats_path, dev->cfg.stats_mode)))
 		rc = -ENOMEM;
 	/* the page is a file our user's processes may truncate: guarded as

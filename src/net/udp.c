@@ -37,6 +37,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "../util/fds.h"
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
 #include <sys/syscall.h>
@@ -44,10 +45,16 @@
 /* sendmmsg/recvmmsg as bare system calls: glibc's wrappers are
  * cancellation points and switch asynchronous cancellation on and off
  * around every call, a visible part of a polling loop's time; uroce never
- * cancels threads, and an empty poll is most of what the loop does. */
+ * cancels threads, and an empty poll is most of what the loop does.
+ * Sends never block: a transmit socket is shared by every QP whose source
+ * port maps to it (UDP_TX_POOL), so a send buffer that a slow link (a
+ * qdisc holding packets, netem) keeps full must not stall the other QPs,
+ * nor the engine sending an ACK under rx_lock.  What a full buffer
+ * refuses is lost like a packet dropped on the wire, and RC's
+ * retransmission recovers it (counted: tx_full). */
 static int sys_sendmmsg(int fd, struct mmsghdr *mm, unsigned n)
 {
-	return (int)syscall(SYS_sendmmsg, fd, mm, n, 0);
+	return (int)syscall(SYS_sendmmsg, fd, mm, n, MSG_DONTWAIT);
 }
 
 static int sys_recvmmsg(int fd, struct mmsghdr *mm, unsigned n)
@@ -108,6 +115,7 @@ static const uint8_t doorbell_bytes[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b
  * GSO sends.  Used under its QP's lock only; the socket is the pool's. */
 struct uroce_backend_flow {
 	const struct udp_txsock *sock;
+	struct uroce_stats_page *stats;      /* the device's: tx_full */
 	struct mmsghdr mm[UROCE_TX_BATCH];
 	union {
 		char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
@@ -155,6 +163,9 @@ int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16])
 	bool v4 = gid_is_ipv4(sgid);
 	int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int mtu = 0, rc = 0;
+
+	if (fds_retry(fd))
+		fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	socklen_t ml = sizeof(mtu);
 
 	if (fd < 0)
@@ -176,6 +187,8 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 	int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int one = 1;
 
+	if (fds_retry(fd))
+		fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	if (reuse) {
@@ -410,6 +423,7 @@ static struct uroce_backend_flow *udp_flow_open(struct uroce_backend *be, const 
 	if (!f)
 		return NULL;
 	f->sock = tx_sock(be->priv, sgid, sport);
+	f->stats = ((struct udp_priv *)be->priv)->stats;
 	if (!f->sock) {
 		int e = errno;
 		free(f);
@@ -515,6 +529,12 @@ static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				/* the send buffer is full: what is left is lost
+				 * (sys_sendmmsg); the caller's count says how much went */
+				UROCE_COUNT(f->stats, UC_tx_full, (uint64_t)(n - sent));
+				return sent;
+			}
 			/* report and skip the first unsent datagram: the transport's
 			 * retransmission recovers it like a lost packet */
 			if (sent == 0)

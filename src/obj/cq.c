@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "../core/async.h"
 #include "../core/cq_ring.h"
+#include "../util/fds.h"
 
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
 {
@@ -24,6 +25,8 @@ struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
 	}
 	ch->ibv.context = ctx;
 	ch->ibv.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (fds_retry(ch->ibv.fd))
+		ch->ibv.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (ch->ibv.fd < 0) {
 		free(ch);
 		return NULL;

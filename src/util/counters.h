@@ -11,6 +11,7 @@
 	X(rx_packets, "packets received") \
 	X(rx_bytes, "UDP payload bytes received") \
 	X(tx_errors, "send syscalls that failed") \
+	X(tx_full, "packets not sent: the shared socket's send buffer was full (lost; RC resends them)") \
 	X(tx_too_big, "sends the route refused as larger than its MTU (EMSGSIZE)") \
 	X(path_mtu_refused, "modify_qp calls refused: the path MTU does not fit the route") \
 	X(retransmits, "packets sent again (go-back-N)") \
