@@ -146,13 +146,24 @@ static void *engine_main(void *arg)
 	pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
 	while (!atomic_load(&dev->eng.stop)) {
 		uint64_t now = now_ns();
-		uint64_t app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
+		uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
 		bool defer = dev->cfg.handoff_defer && dev->eng.rt;
-		if (!defer && now - app < grace) {
-			/* grace: an application is polling and receives; the engine
-			 * only runs what is due, if no poller is at it, and wakes to
-			 * notice when polling stops */
+		if (!defer && now - spin < grace) {
+			/* grace: an application spins on its CQ (a run of empty
+			 * polls close together: exec_poll_progress) and receives;
+			 * the engine stays off the sockets, so that no packet wakes
+			 * a thread to preempt it, runs only what is due, if no
+			 * poller is at it, and wakes to notice when the spin stops.
+			 * Only a spin holds the sockets: an application that polls
+			 * now and then, however recently, may not poll again for
+			 * long, and a one-sided request must not wait for it (issue
+			 * #14: a target polling once per 500 us held them for good,
+			 * and a READ waited ~350 us).  The grace outlasts pauses of
+			 * the spin (the spinner preempted, handling completions):
+			 * an engine that took the sockets back at each pause would
+			 * wake for every packet and doorbell until the spin resumed,
+			 * preempting the spinners on two cores. */
 			bool due = atomic_load(&dev->timer_next) <= now || atomic_load(&dev->ack_flush_next) <= now;
 			if (due && !pthread_mutex_trylock(&dev->rx_lock)) {
 				exec_progress_locked(dev, 0);
@@ -177,7 +188,7 @@ static void *engine_main(void *arg)
 			if (n < 0)
 				continue;
 			now = now_ns();
-			app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
+			uint64_t app = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
 			if (n > 0 && (int64_t)(now - app) < (int64_t)grace)
 				engine_sleep(dev, dev->eng.epfd_timers, grace, true);
 			continue;

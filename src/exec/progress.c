@@ -11,6 +11,9 @@
  * keeps polling through bidirectional WRITE streams must not kick the
  * engine per completion. */
 #define HANDBACK_MIN_NS 100000ull
+/* Empty polls in a row, each within UROCE_POLL_SPIN_US of the one before,
+ * that make a spin (exec_poll_progress). */
+#define SPIN_POLLS 8
 
 static void run_timers(struct uroce_dev *dev, uint64_t now)
 {
@@ -92,7 +95,24 @@ void exec_poll_progress(struct uroce_dev *dev)
 {
 	if (!dev->cfg.poll_progress)
 		return;
-	atomic_store_explicit(&dev->eng.app_poll_ns, now_ns(), memory_order_relaxed);
+	/* a spin is a run of empty polls close together (any thread's): one
+	 * poll now and then, however recent, says nothing of the next, and
+	 * the engine must not wait for it (issue #14); nor do two, as when a
+	 * program that polls on a period catches up after it was descheduled */
+	uint64_t now = now_ns();
+	uint64_t prev = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_relaxed);
+	/* plain loads and stores, no locked instruction in the poll loop: two
+	 * threads racing on the count only make a run a poll longer or shorter */
+	uint32_t run = atomic_load_explicit(&dev->eng.app_poll_run, memory_order_relaxed);
+	if (now - prev >= (uint64_t)dev->cfg.poll_spin_us * 1000) {
+		if (run)
+			atomic_store_explicit(&dev->eng.app_poll_run, 0, memory_order_relaxed);
+	} else if (run + 1 < SPIN_POLLS) {
+		atomic_store_explicit(&dev->eng.app_poll_run, run + 1, memory_order_relaxed);
+	} else {
+		atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_relaxed);
+	}
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
 	exec_progress_locked(dev, UROCE_RX_BATCH);
@@ -113,7 +133,7 @@ void exec_poll_found(struct uroce_dev *dev)
 	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
 	if (now - last < HANDBACK_MIN_NS || !atomic_compare_exchange_strong(&dev->eng.handback_ns, &last, now))
 		return;
-	atomic_store_explicit(&dev->eng.app_poll_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_spin_ns, 0, memory_order_relaxed);
 	wake_engine_by(dev, now);
 }
 

@@ -27,8 +27,9 @@ struct uroce_config {
 	unsigned spin_us;        /* UROCE_SPIN_US: engine busy-polls this long after traffic */
 	unsigned rto_min_us;     /* UROCE_RTO_MIN_US: floor of the adaptive retransmission
 				  * timer; 0 = only the IBA ACK timer */
-	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: an application poll keeps the engine
-				  * off the sockets this long */
+	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: the longest the engine stays off the
+				  * sockets while an application spins on its CQ */
+	unsigned poll_spin_us;   /* UROCE_POLL_SPIN_US: a run of empty polls this close: a spin */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
