@@ -28,6 +28,10 @@
 /* A spinning engine yields once per this many rounds, so that a thread the
  * scheduler put on its CPU runs (sched_yield every round costs latency). */
 #define SPIN_YIELD_ROUNDS 16
+/* An engine kept busy by traffic does not sleep in epoll, where it would
+ * see a same-host producer asking for a region (net_serve): it answers
+ * this often then, well within the producer's wait (net/shm.c). */
+#define SERVE_EVERY_NS 1000000ull
 
 
 /* May the engine spin without taking a CPU from anyone?  Only while no more
@@ -140,7 +144,7 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
-	uint64_t last_traffic = 0, spare_seen = 0;
+	uint64_t last_traffic = 0, spare_seen = 0, served = 0;
 	unsigned spin_rounds = 0;
 	bool spare = false;
 
@@ -176,6 +180,10 @@ static void *engine_main(void *arg)
 		}
 		if (exec_progress(dev, ENGINE_BUDGET) > 0) {
 			last_traffic = now_ns();
+			if (last_traffic - served > SERVE_EVERY_NS) {
+				net_serve(dev->net);
+				served = last_traffic;
+			}
 			continue;
 		}
 		if (defer) {

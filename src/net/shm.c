@@ -212,7 +212,7 @@ static pid_t shm_self(void)
  * "Security model": only a process of the owner's user, which could
  * ptrace it anyway, can do that).
  *
- * A slot's seq is odd while the slot changes (shm_guard_add, _del), so
+ * A slot's seq is odd while the slot changes (shm_guard_mapping, shm_unguard_mapping), so
  * the handler, which may run between any two stores of theirs, never
  * uses a range read half before and half after a change; lo 1 is a slot
  * being claimed. */
@@ -369,13 +369,15 @@ static bool peer_is_us(int s)
 	return getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 && cr.uid == geteuid();
 }
 
-/* One byte that carries one fd (SCM_RIGHTS), to send or receive. */
+/* One byte that carries one fd (SCM_RIGHTS), to send or receive.  The
+ * control buffer is aligned for a cmsghdr (which has a flexible array
+ * member, so it cannot be a member here itself) and holds
+ * CMSG_SPACE(sizeof(int)). */
 struct fd_msg {
 	char data;
 	struct iovec iov;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+	struct {
+		alignas(size_t) char b[CMSG_SPACE(sizeof(int))];
 	} u;
 	struct msghdr mh;
 };
@@ -386,7 +388,7 @@ static void fd_msg_init(struct fd_msg *m)
 	m->data = 'r';
 	m->iov = (struct iovec){ &m->data, 1 };
 	m->mh = (struct msghdr){ .msg_iov = &m->iov, .msg_iovlen = 1, .msg_control = m->u.b,
-				 .msg_controllen = sizeof(m->u.b) };
+				 .msg_controllen = CMSG_SPACE(sizeof(int)) };
 }
 
 /* The listening socket of a new region: the address's name, or else one
