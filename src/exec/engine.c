@@ -28,6 +28,10 @@
 /* A spinning engine yields once per this many rounds, so that a thread the
  * scheduler put on its CPU runs (sched_yield every round costs latency). */
 #define SPIN_YIELD_ROUNDS 16
+/* An engine kept busy by traffic does not sleep in epoll, where it would
+ * see a same-host producer asking for a region (net_serve): it answers
+ * this often then, well within the producer's wait (net/shm.c). */
+#define SERVE_EVERY_NS 1000000ull
 
 
 /* May the engine spin without taking a CPU from anyone?  Only while no more
@@ -96,12 +100,21 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
 	atomic_store(&dev->eng.sleeping, false);
 	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
+	bool serve = false;
 	for (int i = 0; i < n; i++)
 		if (evs[i].data.u32 == 0) {
 			uint64_t v;
 			if (read(dev->eng.kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				LOG_DBG("uroce: kick read failed");
+		} else if (evs[i].data.u32 == NET_EV_SERVE) {
+			serve = true;
 		}
+	/* a same-host producer asks for a region (net/shm.c, "Rendezvous"):
+	 * answered at once, whatever this sleep was for; not a packet */
+	if (serve) {
+		net_serve(dev->net);
+		n--;
+	}
 	return n;
 }
 
@@ -131,15 +144,15 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
-	uint64_t last_traffic = 0, spare_seen = 0;
+	uint64_t last_traffic = 0, spare_seen = 0, served = 0;
 	unsigned spin_rounds = 0;
 	bool spare = false;
 
 	mark_engine_thread();
-	/* The thread inherits its creator's signal mask; a fault in a ring
-	 * region a peer truncated raises SIGBUS here, and a blocked SIGBUS
-	 * from a fault kills the process whatever handler is installed
-	 * (net/shm.c's guard, issue #13) */
+	/* The thread inherits its creator's signal mask; a fault in the
+	 * counters page a process of our user truncated raises SIGBUS here,
+	 * and a blocked SIGBUS from a fault kills the process whatever handler
+	 * is installed (net/shm.c's guard, issue #13) */
 	sigset_t bus;
 	sigemptyset(&bus);
 	sigaddset(&bus, SIGBUS);
@@ -178,6 +191,10 @@ static void *engine_main(void *arg)
 		}
 		if (exec_progress(dev, ENGINE_BUDGET) > 0) {
 			last_traffic = now_ns();
+			if (last_traffic - served > SERVE_EVERY_NS) {
+				net_serve(dev->net);
+				served = last_traffic;
+			}
 			continue;
 		}
 		if (defer) {
@@ -242,6 +259,10 @@ int engine_start(struct uroce_dev *dev)
 	if (dev->eng.epfd_timers < 0 || epoll_ctl(dev->eng.epfd_timers, EPOLL_CTL_ADD, dev->eng.kick_fd, &ev) < 0)
 		return -errno;
 	rc = net_add_fds(dev->net, dev->eng.epfd);
+	if (rc == 0)
+		rc = net_add_serve_fds(dev->net, dev->eng.epfd);
+	if (rc == 0)
+		rc = net_add_serve_fds(dev->net, dev->eng.epfd_timers);
 	if (rc < 0)
 		return rc;
 	/* One-sided operations are executed by the engine while the target

@@ -211,11 +211,10 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 	bool on_ring = flow->ring && !memcmp(dgid, flow->peer, 16);
 	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;
 	if (on_ring && sent == -EPIPE) {
-		/* its ring died under it (a peer truncated the region: shm.c,
-		 * "Truncation"): the flow goes by UDP for the rest of its life.
-		 * What the ring held is lost, as on a full socket; RC resends
-		 * it, and the dead ring is never read again, so nothing that
-		 * went into it overtakes what follows */
+		/* its ring is not this process's (a forked child's flow on its
+		 * parent's ring: shm.c, "fork"): the flow goes by UDP for the
+		 * rest of its life.  Nothing went into the ring, so nothing
+		 * there overtakes what follows */
 		net->ring.ops->flow_close(flow->ring);
 		flow->ring = NULL;
 		wake = false;
@@ -320,6 +319,25 @@ int net_add_fds(struct uroce_net *net, int epfd)
 	if (rc == 0 && net->wire.ops->add_fds)
 		rc = net->wire.ops->add_fds(&net->wire, epfd);
 	return rc;
+}
+
+int net_add_serve_fds(struct uroce_net *net, int epfd)
+{
+	int rc = 0;
+
+	if (net->ring.ops && net->ring.ops->add_serve_fds)
+		rc = net->ring.ops->add_serve_fds(&net->ring, epfd);
+	if (rc == 0 && net->wire.ops->add_serve_fds)
+		rc = net->wire.ops->add_serve_fds(&net->wire, epfd);
+	return rc;
+}
+
+void net_serve(struct uroce_net *net)
+{
+	if (net->ring.ops && net->ring.ops->serve)
+		net->ring.ops->serve(&net->ring);
+	if (net->wire.ops->serve)
+		net->wire.ops->serve(&net->wire);
 }
 
 void net_rx_ip_meta(struct uroce_net *net, bool on)

@@ -121,7 +121,15 @@ struct uroce_net_ops {
 	 * call follows before it sleeps) or has woken (false): packets that
 	 * come by another way must then wake it (the rings: a doorbell). */
 	void (*rx_sleeping)(struct uroce_backend *be, bool sleeping);
+	/* Optional: fds that need an answer whatever the engine sleeps on,
+	 * added to each of its epoll sets with data.u32 NET_EV_SERVE (the
+	 * rings' listening sockets), and their answer, non-blocking, when the
+	 * engine woke with one readable (net_serve). */
+	int (*add_serve_fds)(struct uroce_backend *be, int epfd);
+	void (*serve)(struct uroce_backend *be);
 };
+/* The engine's epoll tags: its kick is 0, packet fds (add_fds) 1. */
+#define NET_EV_SERVE 2u
 
 struct uroce_net {
 	/* UDP (or net_create_backend's one backend): every flow has one */
@@ -172,6 +180,9 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 int net_add_fds(struct uroce_net *net, int epfd);
+/* add_serve_fds and serve of every backend (struct uroce_net_ops). */
+int net_add_serve_fds(struct uroce_net *net, int epfd);
+void net_serve(struct uroce_net *net);
 void net_rx_ip_meta(struct uroce_net *net, bool on);
 void net_rx_sleeping(struct uroce_net *net, bool sleeping);
 /* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */

@@ -7,18 +7,21 @@
  * region (or with no free ring) and the selector (net.c) sends that flow by
  * UDP.  A receiver that sleeps is woken by a doorbell, which travels by UDP:
  * send says when one is owed and net.c has the flow's UDP side ring it.
- * Nothing here wakes the engine's epoll (no fds), so while a ring is
- * claimed receive reports itself busy. */
+ * Nothing here wakes the engine's epoll for packets (no add_fds), so while
+ * a ring is claimed receive reports itself busy.  Each region's listening
+ * socket is in both of the engine's epoll sets instead (add_serve_fds):
+ * producers connecting to ask for the region are answered whenever the
+ * engine wakes, also while an application polls (serve). */
 #include "net.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include "shm.h"
 
 struct ring_priv {
 	struct shm_rx *rx[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
 	int n;
-	bool told[UROCE_MAX_GIDS];          /* its truncation is counted */
 	struct uroce_stats_page *stats;
 };
 
@@ -39,7 +42,6 @@ static int ring_open(struct uroce_backend *be)
 
 	if (!p)
 		return -ENOMEM;
-	shm_sweep_stale_regions();  /* once, not per address */
 	for (int i = 0; i < cfg->ngids; i++)
 		p->rx[i] = shm_rx_open(cfg->gids[i]);
 	p->n = cfg->ngids;
@@ -107,7 +109,7 @@ static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8
 	int sent = shm_tx_send(f->tx, f->sgid, f->sport, tos, msgs, n, &doorbell);
 	if (sent < 0) {
 		UROCE_COUNT(f->stats, UC_shm_truncated, 1);
-		return sent;  /* -EPIPE: net.c closes the flow's ring and sends by UDP */
+		return sent;  /* -EPIPE (a forked child's flow): net.c closes the flow's ring and sends by UDP */
 	}
 	UROCE_COUNT(f->stats, UC_shm_packets_tx, (uint64_t)sent);
 	if (sent < n)
@@ -123,13 +125,8 @@ static int ring_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max
 	int got = 0;
 
 	for (int k = 0; k < p->n; k++) {
-		if (!shm_rx_active(p->rx[k])) {
-			if (shm_rx_truncated(p->rx[k]) && !p->told[k]) {
-				p->told[k] = true;
-				UROCE_COUNT(p->stats, UC_shm_truncated, 1);
-			}
+		if (!shm_rx_active(p->rx[k]))
 			continue;
-		}
 		uint64_t bad = 0;
 		int room = max - got;
 		if (room <= 0) {
@@ -155,6 +152,27 @@ static void ring_rx_sleeping(struct uroce_backend *be, bool sleeping)
 		shm_rx_sleeping(p->rx[i], sleeping);
 }
 
+static int ring_add_serve_fds(struct uroce_backend *be, int epfd)
+{
+	struct ring_priv *p = be->priv;
+
+	for (int i = 0; i < p->n; i++) {
+		int fd = shm_rx_listen_fd(p->rx[i]);
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = NET_EV_SERVE };
+		if (fd >= 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+static void ring_serve(struct uroce_backend *be)
+{
+	struct ring_priv *p = be->priv;
+
+	for (int i = 0; i < p->n; i++)
+		shm_rx_serve(p->rx[i]);
+}
+
 /* Received packets are copied out into the region's buffers, reused by the
  * next poll (no recv_done); a record always carries its traffic class, and
  * its hop limit is 64 (no rx_ip_meta); no fds (no add_fds). */
@@ -168,4 +186,6 @@ const struct uroce_net_ops uroce_ring_ops = {
 	.flow_part_bytes = ring_flow_part_bytes,
 	.recv = ring_recv,
 	.rx_sleeping = ring_rx_sleeping,
+	.add_serve_fds = ring_add_serve_fds,
+	.serve = ring_serve,
 };

@@ -15,17 +15,31 @@
  * every length it reads and copies a packet out before the transport
  * looks at it.
  *
+ * The region is a sealed memfd (issue #13, item 1): unnamed, so there is no
+ * path anyone could plant, squat or redirect, and sealed F_SEAL_SHRINK |
+ * F_SEAL_GROW | F_SEAL_SEAL before anyone else sees it, so no holder can
+ * change its size: ftruncate fails EPERM (memfd_create(2), fcntl(2) "File
+ * Sealing").  Its mappings therefore cannot fault from a truncation, and
+ * need no SIGBUS guard (a hole a peer punches with fallocate is refilled
+ * with zeros at the next touch, which the consumer takes as no record).
+ * Producers get it by file descriptor: the owner listens on an abstract
+ * AF_UNIX socket ("Rendezvous" below) and hands the fd to each connecting
+ * process of its own user (SCM_RIGHTS).
+ *
  * Lifetime: the owner holds an exclusive flock on the region for its life,
- * so a free lock means a dead owner (a region left by a killed process is
- * removed by the next device that opens); a producer holds a lock on a byte
- * of its ring the same way (ring_lock).  A ring's pages are allocated
- * (fallocate) when a flow claims it, so a full /dev/shm refuses the claim
- * and the flow uses UDP, instead of a write into the mapping faulting. */
+ * so a free lock means a dead owner; a producer holds an OFD lock on a
+ * byte of its ring the same way (ring_lock).  Both locks belong to an open
+ * file description, so every producer process opens the region afresh
+ * through /proc/self/fd (region_reopen) instead of keeping the owner's
+ * description that SCM_RIGHTS passed.  A region vanishes with the last
+ * process that holds it: nothing is left behind to sweep.  A ring's pages
+ * are allocated (fallocate) when a flow claims it, so memory that runs
+ * out refuses the claim and the flow uses UDP. */
 #include "shm.h"
 #include "net.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdalign.h>
@@ -36,11 +50,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define SHM_MAGIC 0x78722d65636f7275ull /* "uroce-rx" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2                   /* 2: a sealed memfd, handed over by fd */
 #define SHM_RINGS 32
 #define SHM_UNIT 64
 #define SHM_UNITS 32768          /* 2 MiB: a QP's window (128 packets of 4 KiB) and READ responses */
@@ -82,11 +98,11 @@ _Static_assert(SHM_PKT_MAX >= 4096 + 64 + 4 + 3, "a record holds a packet at MTU
 
 struct shm_rx {
 	struct shm_region *r;
-	int fd;                          /* holds the owner's lock */
-	int slot;                        /* the mapping's guard (shm_guard_add) */
-	atomic_bool dead;                /* truncated under us: not read again (the engine's
-					  * sleep flag reads it outside rx_lock) */
-	char path[96];
+	int fd;                          /* the memfd; holds the owner's flock */
+	int lfd;                         /* the listening socket producers connect to */
+	pid_t pid;                       /* the process that opened it (a forked child does
+					  * not consume: shm_rx_poll) */
+	struct shm_rx *next;             /* own_rx (own_lock) */
 	uint8_t gid[16];
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
 	uint32_t populated;              /* rings whose pages this mapping has */
@@ -99,16 +115,19 @@ struct shm_rx {
 /* A peer's region as this process's senders see it: one fd and one header
  * mapping per peer address, however many flows send there (an fd per flow
  * would bound the QPs by RLIMIT_NOFILE, issue #13), and the rings this
- * process holds in it.  Kept while it holds a ring (peers_lock). */
+ * process holds in it.  Kept while it holds a ring (peers_lock).  `pid`
+ * is the process that opened it: a forked child inherits the entry, the
+ * fd (whose open file description, and so its ring locks, stays the
+ * parent's) and the mappings, and must neither produce into the parent's
+ * rings nor give them back (shm_tx_send, shm_tx_detach). */
 struct shm_peer {
 	struct shm_peer *next;
 	uint8_t gid[16];
 	struct shm_region *r;            /* header only */
-	int fd;                          /* holds this process's ring locks */
-	ino_t ino;                       /* the region's file, to tell a successor's */
+	int fd;                          /* our own open of the region: holds our ring locks */
+	pid_t pid;
 	struct shm_tx *held[SHM_RINGS];  /* this process's rings, NULL: not held */
 	unsigned nheld;
-	int slot_hdr;                    /* the header mapping's guard (shm_guard_add) */
 };
 
 /* A ring in a peer's region, claimed by this process and shared by every
@@ -126,8 +145,8 @@ struct shm_tx {
 	unsigned users;                  /* flows on it (peers_lock) */
 	pthread_mutex_t lock;            /* the producer's side: head, tail_seen, the ring's bytes */
 	uint32_t head, tail_seen;
-	int slot_ring;                   /* the ring mapping's guard (shm_guard_add) */
 };
+
 
 /* How many rings of a peer's region one process claims before its flows
  * share them: a quarter, so that four processes sending to one peer each
@@ -142,38 +161,82 @@ void shm_tx_test_rings_own(unsigned n)
 
 static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_peer *peers;       /* peers_lock */
-/* The process the list is of: a forked child shares the parent's fds,
- * ring locks and rings, and must not produce into them (two producers
- * of two processes, each under its own lock) nor give them back. */
-static pid_t peers_pid;
+/* This process's own regions, so that its flows to its own addresses take
+ * the region without a round through the socket (own_lock, taken alone). */
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_rx *own_rx;
 
-/* Truncation (issue 13).  A region is a file that every process of its
- * user may open, so a peer can ftruncate it under us: an access to a page
- * past the new end raises SIGBUS, in the consumer's poll and in a
- * producer's copy.  (Seals would refuse the truncation, but only a memfd
- * takes them, and a memfd has no name a peer of another PID namespace
- * could rendezvous at.)  So every mapping of a region is registered here,
- * and a SIGBUS whose address lies in one makes that mapping dead: the
- * handler maps anonymous zero pages over the whole of it and returns, the
- * faulting access completes on them (reads of zero find no record; writes
- * go nowhere), and its user sees `dead` after the access and abandons the
- * mapping -- the consumer stops reading its region and truncates it to 0
- * so that every producer faults too (shm_rx_poll), a producer's flow goes
- * on by UDP (net.c).  No sigsetjmp on the fast path: the check is one
- * load of the dead flag after each call.  A SIGBUS at any other address
- * goes to the handler that was installed before ours (or the default
- * action), so an application's own faults are its own as before.  An
- * application that installs a SIGBUS handler after ours takes these
- * faults away from us (README "Security model"). */
-#define SHM_MAPS_MAX (2 * 16384 + 64)  /* two per producer (header, ring) on every QP, a region per address */
+/* fork (without exec).  The child has copies of every entry, fd and
+ * mapping, but it is another process: its ring locks would be the
+ * parent's (one open file description), and a second producer in a ring
+ * corrupts it.  So everything records the pid it belongs to and compares
+ * it with shm_pid, which the child handler sets: a load on the fast path,
+ * not a getpid() system call (glibc no longer caches the pid).  The child
+ * handler also starts the child's list of peers empty (it opens regions
+ * afresh when its own flows attach) and re-initialises the locks, which
+ * another thread of the parent may have held at the fork. */
+static _Atomic pid_t shm_pid;
+static pthread_once_t shm_fork_once = PTHREAD_ONCE_INIT;
+
+static void shm_atfork_child(void)
+{
+	atomic_store(&shm_pid, getpid());
+	pthread_mutex_init(&peers_lock, NULL);
+	pthread_mutex_init(&own_lock, NULL);
+	peers = NULL;  /* the parent's entries stay as they are, ours to drop only */
+}
+
+static void shm_fork_install(void)
+{
+	atomic_store(&shm_pid, getpid());
+	pthread_atfork(NULL, NULL, shm_atfork_child);
+}
+
+static pid_t shm_self(void)
+{
+	pthread_once(&shm_fork_once, shm_fork_install);
+	return atomic_load_explicit(&shm_pid, memory_order_relaxed);
+}
+
+/* The counters page (util/stats.c, registered by exec/device.c) is a
+ * /dev/shm file of our user, which a process of that user may ftruncate:
+ * an access to a page past the new end raises SIGBUS.  The rings cannot
+ * fault that way any more (sealed, above), so the page is all this guard
+ * is for.  A SIGBUS whose address lies in a guarded mapping turns it into
+ * private zero pages: the handler maps anonymous memory over the whole
+ * of it and returns, the faulting access completes there, and counting
+ * goes on into memory nobody sees.  A SIGBUS at any other address goes to
+ * the handler that was installed before ours (or the default action), so
+ * an application's own faults are its own as before.  A thread that
+ * blocks SIGBUS is killed by such a fault whatever the handler (README
+ * "Security model": only a process of the owner's user, which could
+ * ptrace it anyway, can do that).
+ *
+ * A slot's seq is odd while the slot changes (shm_guard_mapping, shm_unguard_mapping), so
+ * the handler, which may run between any two stores of theirs, never
+ * uses a range read half before and half after a change; lo 1 is a slot
+ * being claimed. */
+#define SHM_MAPS_MAX 64  /* a counters page per device, and tests' */
 struct shm_map {
-	_Atomic uintptr_t lo, hi;      /* [lo, hi), lo 0: a free slot */
-	_Atomic int dead;
+	_Atomic unsigned seq;          /* odd: lo and hi are changing */
+	_Atomic uintptr_t lo, hi;      /* [lo, hi), lo 0: a free slot, 1: being claimed */
 };
 static struct shm_map shm_maps[SHM_MAPS_MAX];
 static _Atomic unsigned shm_maps_used;   /* slots below this may be in use */
 static struct sigaction shm_old_bus;
 static pthread_once_t shm_guard_once = PTHREAD_ONCE_INIT;
+
+/* The guarded range of slot i, or false when it is free, being changed,
+ * or changed while read. */
+static bool guard_range(unsigned i, uintptr_t *lo, uintptr_t *hi)
+{
+	unsigned s = atomic_load(&shm_maps[i].seq);
+	if (s & 1)
+		return false;
+	*lo = atomic_load(&shm_maps[i].lo);
+	*hi = atomic_load(&shm_maps[i].hi);
+	return atomic_load(&shm_maps[i].seq) == s && *lo > 1 && *hi > *lo;
+}
 
 static void shm_on_sigbus(int sig, siginfo_t *si, void *uc)
 {
@@ -181,10 +244,9 @@ static void shm_on_sigbus(int sig, siginfo_t *si, void *uc)
 	unsigned n = atomic_load(&shm_maps_used);
 
 	for (unsigned i = 0; si->si_code > 0 && i < n; i++) {
-		uintptr_t lo = atomic_load(&shm_maps[i].lo), hi = atomic_load(&shm_maps[i].hi);
-		if (!lo || a < lo || a >= hi)
+		uintptr_t lo, hi;
+		if (!guard_range(i, &lo, &hi) || a < lo || a >= hi)
 			continue;
-		atomic_store(&shm_maps[i].dead, 1);
 		/* mmap is a system call, safe in a handler (not in POSIX's list,
 		 * but it takes no user-space lock) */
 		if (mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
@@ -218,9 +280,7 @@ static void shm_guard_install(void)
 	sigaction(SIGBUS, &sa, &shm_old_bus);
 }
 
-/* Registers [p, p + len): a slot, or -1 when none is free (the caller then
- * does without the mapping). */
-static int shm_guard_add(void *p, size_t len)
+int shm_guard_mapping(void *p, size_t len)
 {
 	pthread_once(&shm_guard_once, shm_guard_install);
 	for (unsigned i = 0; i < SHM_MAPS_MAX; i++) {
@@ -228,10 +288,10 @@ static int shm_guard_add(void *p, size_t len)
 		if (atomic_load(&shm_maps[i].lo) ||
 		    !atomic_compare_exchange_strong(&shm_maps[i].lo, &free_lo, (uintptr_t)1))
 			continue;
-		/* lo before hi: the handler never sees a range wider than this */
-		atomic_store(&shm_maps[i].dead, 0);
-		atomic_store(&shm_maps[i].lo, (uintptr_t)p);
+		atomic_fetch_add(&shm_maps[i].seq, 1);  /* odd: changing */
 		atomic_store(&shm_maps[i].hi, (uintptr_t)p + len);
+		atomic_store(&shm_maps[i].lo, (uintptr_t)p);
+		atomic_fetch_add(&shm_maps[i].seq, 1);
 		unsigned used = atomic_load(&shm_maps_used);
 		while (used < i + 1 && !atomic_compare_exchange_weak(&shm_maps_used, &used, i + 1))
 			;
@@ -241,43 +301,15 @@ static int shm_guard_add(void *p, size_t len)
 }
 
 /* Before the mapping is unmapped: its range may be reused by anyone. */
-static void shm_guard_del(int slot)
+void shm_unguard_mapping(int slot)
 {
 	if (slot < 0)
 		return;
+	atomic_fetch_add(&shm_maps[slot].seq, 1);
 	atomic_store(&shm_maps[slot].hi, 0);
-	atomic_store(&shm_maps[slot].lo, 0);
+	atomic_fetch_add(&shm_maps[slot].seq, 1);
+	atomic_store(&shm_maps[slot].lo, 0);  /* free for a claim only now */
 }
-
-int shm_guard_mapping(void *p, size_t len)
-{
-	return shm_guard_add(p, len);
-}
-
-void shm_unguard_mapping(int slot)
-{
-	shm_guard_del(slot);
-}
-
-static bool shm_guard_dead(int slot)
-{
-	return atomic_load_explicit(&shm_maps[slot].dead, memory_order_relaxed) != 0;
-}
-
-/* Regions are per network namespace: an address means a socket of this
- * namespace only (a veth peer in another one is reached by UDP). */
-static int region_path(const uint8_t gid[16], char *out, size_t n)
-{
-	struct stat st;
-
-	if (stat("/proc/self/ns/net", &st) < 0)
-		return -1;
-	int k = snprintf(out, n, "/dev/shm/uroce-rx.%llu.", (unsigned long long)st.st_ino);
-	for (int i = 0; i < 16 && k + 2 < (int)n; i++)
-		k += snprintf(out + k, n - (size_t)k, "%02x", gid[i]);
-	return 0;
-}
-
 /* Map a ring's pages now: the first pass over a ring would otherwise take
  * page faults on both sides, a few per message until the ring has wrapped
  * once. */
@@ -294,57 +326,119 @@ static void populate(void *p, size_t len, bool write)
 		(void)*(volatile uint8_t *)((uint8_t *)p + off);
 }
 
-void shm_sweep_stale_regions(void)
-{
-	DIR *d = opendir("/dev/shm");
-	struct dirent *e;
+/* Rendezvous.  The owner of a region listens on an abstract AF_UNIX
+ * socket (unix(7)): abstract names belong to the network namespace, which
+ * is the scope of a region (an address means a socket of this namespace;
+ * a uroce process in another one is reached by UDP), they work across PID
+ * namespaces, and they vanish with the socket.  The name is
+ * "uroce-rx.<euid>.<gid in hex>".  Anyone may bind an abstract name, so
+ * another user can squat it; then, or when it is still held by an earlier
+ * process (a forked child of a process that had this address keeps its
+ * copy of the socket), the owner binds "<that name>.<random>" instead:
+ * binding the UDP address made the address ours, and a producer that finds
+ * no region at the first name looks for such names in /proc/net/unix.
+ * Every name is only a way to ask: both ends check the other's uid
+ * (SO_PEERCRED), and a producer checks the fd it gets (region_check), so a
+ * squatter costs at most a failed connect. */
+#define SHM_NAME_MAX 80
+#define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
+#define SHM_CANDIDATES_MAX 8    /* names of our own user's sockets waited for per attach */
 
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		if (strncmp(e->d_name, "uroce-rx.", 9))
-			continue;
-		/* O_NONBLOCK: a FIFO planted at such a name does not hang us */
-		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-		if (fd < 0)
-			continue;
-		/* only our own user's regular files: another user's name is not
-		 * ours to remove (root could).  Free lock: its owner is gone (a
-		 * region is locked before it has a name); and the name is still
-		 * that file's, not a live region renamed onto it meanwhile */
-		struct stat a, b;
-		if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && a.st_uid == geteuid() &&
-		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-		    fstatat(dirfd(d), e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino)
-			unlinkat(dirfd(d), e->d_name, 0);
-		close(fd);
+static int region_name(const uint8_t gid[16], char *out, size_t n)
+{
+	int k = snprintf(out, n, "uroce-rx.%u.", (unsigned)geteuid());
+	for (int i = 0; i < 16 && k + 2 < (int)n; i++)
+		k += snprintf(out + k, n - (size_t)k, "%02x", gid[i]);
+	return k;
+}
+
+static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
+{
+	size_t len = strlen(name);
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	memcpy(sa->sun_path + 1, name, len);  /* sun_path[0] = 0: abstract */
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+static bool peer_is_us(int s)
+{
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+	return getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 && cr.uid == geteuid();
+}
+
+/* One byte that carries one fd (SCM_RIGHTS), to send or receive.  The
+ * control buffer is aligned for a cmsghdr (which has a flexible array
+ * member, so it cannot be a member here itself) and holds
+ * CMSG_SPACE(sizeof(int)). */
+struct fd_msg {
+	char data;
+	struct iovec iov;
+	struct {
+		alignas(size_t) char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct msghdr mh;
+};
+
+static void fd_msg_init(struct fd_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->data = 'r';
+	m->iov = (struct iovec){ &m->data, 1 };
+	m->mh = (struct msghdr){ .msg_iov = &m->iov, .msg_iovlen = 1, .msg_control = m->u.b,
+				 .msg_controllen = CMSG_SPACE(sizeof(int)) };
+}
+
+/* The listening socket of a new region: the address's name, or else one
+ * with a random tail. */
+static int region_listen(const uint8_t gid[16])
+{
+	char name[SHM_NAME_MAX];
+	struct sockaddr_un sa;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return -1;
+	int k = region_name(gid, name, sizeof(name));
+	for (int tries = 0; tries < 4; tries++) {
+		if (tries) {
+			uint64_t r = 0;
+			if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+				break;
+			snprintf(name + k, sizeof(name) - (size_t)k, ".%016llx", (unsigned long long)r);
+		}
+		socklen_t l = abstract_addr(&sa, name);
+		if (bind(s, (struct sockaddr *)&sa, l) == 0 && listen(s, 64) == 0)
+			return s;
+		if (errno != EADDRINUSE)
+			break;
 	}
-	closedir(d);
+	close(s);
+	return -1;
 }
 
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
-	char tmp[136];
 	void *m = MAP_FAILED;
 
 	if (!rx)
 		return NULL;
-	rx->fd = -1;
-	rx->slot = -1;
-	if (region_path(gid, rx->path, sizeof(rx->path)) < 0)
-		goto fail;
-	/* made unnamed and locked, so that no sweep takes it for a dead
-	 * owner's; named (and renamed into place) only once set up */
-	rx->fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	rx->pid = shm_self();
+	rx->lfd = -1;
+	/* locked and sealed before anyone else can hold it */
+	rx->fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (rx->fd < 0)
 		goto fail;
 	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
-	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0)
+	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 ||
+	    fcntl(rx->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		goto fail;
 	m = mmap(NULL, SHM_REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rx->fd, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
-	if (m == MAP_FAILED || !rx->bufs || (rx->slot = shm_guard_add(m, SHM_REGION_BYTES)) < 0)
+	if (m == MAP_FAILED || !rx->bufs)
 		goto fail;
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
@@ -354,25 +448,14 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	memcpy(rx->r->gid, gid, 16);
 	memcpy(rx->gid, gid, 16);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-	/* binding the address made it ours: a region left under this name
-	 * by a process that died is replaced whole */
-	char fdpath[32];
-	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", rx->fd);
-	/* a random temporary name: one planted in advance would refuse the
-	 * link (linkat neither follows nor replaces) and cost us the rings */
-	uint64_t r = 0;
-	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+	if ((rx->lfd = region_listen(gid)) < 0)
 		goto fail;
-	snprintf(tmp, sizeof(tmp), "%s.%d.%016llx", rx->path, (int)getpid(), (unsigned long long)r);
-	if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) < 0)
-		goto fail;
-	if (rename(tmp, rx->path) < 0) {
-		unlink(tmp);
-		goto fail;
-	}
+	pthread_mutex_lock(&own_lock);
+	rx->next = own_rx;
+	own_rx = rx;
+	pthread_mutex_unlock(&own_lock);
 	return rx;
 fail:
-	shm_guard_del(rx->slot);
 	if (m != MAP_FAILED)
 		munmap(m, SHM_REGION_BYTES);
 	if (rx->fd >= 0)
@@ -380,6 +463,40 @@ fail:
 	free(rx->bufs);
 	free(rx);
 	return NULL;
+}
+
+int shm_rx_listen_fd(const struct shm_rx *rx)
+{
+	return rx && rx->pid == shm_self() ? rx->lfd : -1;
+}
+
+/* Answer the producers waiting on the socket: the region's fd to each of
+ * our own user, nothing to anyone else.  Never blocks: the socket and
+ * every accepted one are non-blocking, and one small message fits in a
+ * fresh socket's buffer.  A bounded number per call, so a flood of
+ * connects cannot hold the engine. */
+void shm_rx_serve(struct shm_rx *rx)
+{
+	if (!rx || rx->pid != shm_self())
+		return;
+	for (int k = 0; k < 64; k++) {
+		int c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (c < 0)
+			return;
+		if (peer_is_us(c)) {
+			struct fd_msg m;
+			fd_msg_init(&m);
+			struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &rx->fd, sizeof(int));
+			if (sendmsg(c, &m.mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+				/* the producer gave up waiting: it uses UDP */
+			}
+		}
+		close(c);
+	}
 }
 
 void shm_rx_test_position(struct shm_rx *rx, uint32_t pos)
@@ -406,55 +523,33 @@ void shm_rx_test_reset(struct shm_rx *rx)
 	rx->polls = 0;
 }
 
+/* A forked child closes only its copies: the magic, the listening socket
+ * (its description is the parent's too) and the locks stay the parent's. */
 void shm_rx_close(struct shm_rx *rx)
 {
-	struct stat a, b;
-
 	if (!rx)
 		return;
-	if (!rx->dead)
+	pthread_mutex_lock(&own_lock);
+	for (struct shm_rx **pp = &own_rx; *pp; pp = &(*pp)->next)
+		if (*pp == rx) {
+			*pp = rx->next;
+			break;
+		}
+	pthread_mutex_unlock(&own_lock);
+	if (rx->pid == shm_self())
 		__atomic_store_n(&rx->r->magic, 0, __ATOMIC_RELEASE);
-	/* the name may already be another live owner's (ours died and was
-	 * replaced): remove only our own file */
-	if (lstat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-		unlink(rx->path);
-	shm_guard_del(rx->slot);
+	close(rx->lfd);
 	munmap(rx->r, SHM_REGION_BYTES);
 	close(rx->fd);
 	free(rx->bufs);
 	free(rx);
 }
 
-/* The region was truncated under us (a fault on it made its mapping
- * zeros, "Truncation" above): read it no more, take its name away, and
- * truncate it to nothing, so that every producer still writing into it
- * faults too and goes on by UDP (its records were lost with the pages;
- * RC's retransmission resends them). */
-static bool rx_dead(struct shm_rx *rx)
-{
-	if (rx->dead || !shm_guard_dead(rx->slot))
-		return rx->dead;
-	rx->dead = true;
-	struct stat a, b;
-	if (lstat(rx->path, &a) == 0 && fstat(rx->fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-		unlink(rx->path);
-	if (ftruncate(rx->fd, 0) < 0) {
-		/* nothing else to do: producers find out on their next fault */
-	}
-	return true;
-}
-
+/* A forked child has no engine and is not the region's consumer: its
+ * parent is (the rings' single consumer), so the child reads nothing. */
 bool shm_rx_active(struct shm_rx *rx)
 {
-	if (!rx || rx->dead)
-		return false;
-	bool active = atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
-	return !rx_dead(rx) && active;
-}
-
-bool shm_rx_truncated(const struct shm_rx *rx)
-{
-	return rx && rx->dead;
+	return rx && rx->pid == shm_self() && atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
 }
 
 bool shm_tx_peer_sleeping(const struct shm_tx *tx)
@@ -464,7 +559,7 @@ bool shm_tx_peer_sleeping(const struct shm_tx *tx)
 
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
 {
-	if (!rx || rx->dead)
+	if (!rx || rx->pid != shm_self())
 		return;
 	atomic_store_explicit(&rx->r->rx_sleeping, sleeping, memory_order_relaxed);
 	/* Dekker with shm_tx_send: either its publication is seen by the poll
@@ -475,7 +570,7 @@ void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
 /* A producer holds an open-file-description lock on byte SHM_RING_LOCK + idx
  * of the region for as long as it owns ring idx: the kernel drops it when
  * the process dies, in whatever PID namespace it lived (a PID would say
- * nothing across namespaces that share /dev/shm).  flock and these locks
+ * nothing across PID namespaces).  flock and these locks
  * do not interact, so the owner's flock stays apart. */
 #define SHM_RING_LOCK 1024
 static bool ring_lock(int fd, unsigned idx, bool lock)
@@ -621,20 +716,14 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 
 int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
 {
-	if (rx->dead)
-		return 0;
-	int got = rx_poll(rx, pkts, max, more, bad);
-	/* a fault during the poll: what was copied out may be half zeros */
-	if (rx_dead(rx)) {
-		*more = false;
-		return 0;
-	}
-	return got;
+	if (rx->pid != shm_self())
+		return 0;  /* a forked child's copy (shm_rx_active) */
+	return rx_poll(rx, pkts, max, more, bad);
 }
 
-/* A ring of the region open at fd, its pages allocated (a full /dev/shm
- * refuses here rather than faulting later) and mapped. */
-static uint8_t *ring_map(int fd, unsigned idx, int *slot)
+/* A ring of the region open at fd, its pages allocated (memory that runs
+ * out refuses here rather than faulting later) and mapped. */
+static uint8_t *ring_map(int fd, unsigned idx)
 {
 	off_t off = (off_t)(SHM_HDR_BYTES + (size_t)idx * SHM_RING_BYTES);
 
@@ -643,18 +732,8 @@ static uint8_t *ring_map(int fd, unsigned idx, int *slot)
 	void *ring = mmap(NULL, SHM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
 	if (ring == MAP_FAILED)
 		return NULL;
-	if ((*slot = shm_guard_add(ring, SHM_RING_BYTES)) < 0) {
-		munmap(ring, SHM_RING_BYTES);
-		return NULL;
-	}
 	populate(ring, SHM_RING_BYTES, true);
 	return ring;
-}
-
-static void ring_unmap(uint8_t *ring, int slot)
-{
-	shm_guard_del(slot);
-	munmap(ring, SHM_RING_BYTES);
 }
 
 /* Is the region's owner alive?  It holds the lock exclusively. */
@@ -667,40 +746,172 @@ static bool owner_alive(int fd)
 	return errno == EWOULDBLOCK;
 }
 
-/* The region of dgid, opened and checked, its header mapped: a new peer
- * entry, or NULL. */
+/* fd, a region someone handed us, opened afresh (an open file description
+ * of our own: the owner's flock and our ring locks must not be one) if it
+ * is one: a memfd of our own user, sealed against any change of size
+ * (F_GET_SEALS fails on anything but a memfd), of a region's size, whose
+ * owner lives.  The caller's fd is closed in any case.  -1 otherwise. */
+static int region_reopen(int fd)
+{
+	struct stat st;
+	char path[32];
+	int seals = fcntl(fd, F_GET_SEALS);
+	int nfd = -1;
+
+	if (seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) &&
+	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		nfd = open(path, O_RDWR | O_CLOEXEC);
+		struct stat nst;
+		/* the same file, still (the link is the fd's own) */
+		if (nfd >= 0 && (fstat(nfd, &nst) < 0 || nst.st_ino != st.st_ino || nst.st_dev != st.st_dev || !owner_alive(nfd))) {
+			close(nfd);
+			nfd = -1;
+		}
+	}
+	close(fd);
+	return nfd;
+}
+
+/* Ask the owner listening at name for its region: the fd it sends, or -1
+ * (no one there, another user's socket, a full backlog, no answer within
+ * SHM_CONNECT_WAIT_MS: the flow then goes by UDP, as with no region).
+ * *waited: it was a socket of our user, and we waited for it. */
+static int region_ask(const char *name, bool *waited)
+{
+	struct sockaddr_un sa;
+	socklen_t l = abstract_addr(&sa, name);
+	/* non-blocking: a backlog someone filled refuses at once (EAGAIN) */
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = -1;
+
+	*waited = false;
+	if (s < 0)
+		return -1;
+	if (connect(s, (struct sockaddr *)&sa, l) == 0 && peer_is_us(s)) {
+		struct pollfd pfd = { .fd = s, .events = POLLIN };
+		*waited = true;
+		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
+			struct fd_msg m;
+			fd_msg_init(&m);
+			/* MSG_CTRUNC: fds that did not fit are closed by the kernel */
+			if (recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) == 1 && !(m.mh.msg_flags & MSG_CTRUNC)) {
+				struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
+				if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+				    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+					memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+			}
+		}
+	}
+	close(s);
+	return fd;
+}
+
+/* The header of the region open at fd, mapped, if it is a region of dgid
+ * this version speaks; NULL otherwise. */
+static struct shm_region *header_map(int fd, const uint8_t dgid[16])
+{
+	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (r == MAP_FAILED)
+		return NULL;
+	if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
+	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT || memcmp(r->gid, dgid, 16)) {
+		munmap(r, SHM_HDR_BYTES);
+		return NULL;
+	}
+	return r;
+}
+
+/* A region of dgid from a name: opened afresh, checked, its header mapped. */
+static struct shm_region *region_from(const char *name, const uint8_t dgid[16], int *fdp, bool *waited)
+{
+	int fd = region_ask(name, waited);
+	if (fd < 0 || (fd = region_reopen(fd)) < 0)
+		return NULL;
+	struct shm_region *r = header_map(fd, dgid);
+	if (!r) {
+		close(fd);
+		return NULL;
+	}
+	*fdp = fd;
+	return r;
+}
+
+/* No region at the address's name: the names with a random tail
+ * (region_listen) that /proc/net/unix lists.  Another user's sockets there
+ * (anyone can bind such names) cost a connect each, and SO_PEERCRED tells
+ * them at once; only sockets of our own user are waited for, a few at
+ * most (a process of ours that listens and does not answer: a forked
+ * child's copy of an old owner's socket). */
+static struct shm_region *region_scan(const char *name, const uint8_t dgid[16], int *fdp)
+{
+	char line[512], want[SHM_NAME_MAX + 2];
+	FILE *f = fopen("/proc/net/unix", "re");
+	struct shm_region *r = NULL;
+	int tried = 0;
+
+	if (!f)
+		return NULL;
+	int wl = snprintf(want, sizeof(want), "@%s.", name);
+	while (!r && tried < SHM_CANDIDATES_MAX && fgets(line, sizeof(line), f)) {
+		bool waited;
+		/* "Num RefCount Protocol Flags Type St Inode Path": the path last */
+		char *p = strrchr(line, ' ');
+		if (!p || strncmp(p + 1, want, (size_t)wl))
+			continue;
+		p[strcspn(p, "\n")] = 0;
+		if (strlen(p + 2) >= SHM_NAME_MAX)
+			continue;
+		r = region_from(p + 2, dgid, fdp, &waited);
+		tried += waited;
+	}
+	fclose(f);
+	return r;
+}
+
+/* One of this process's own regions (a flow to its own address): opened
+ * afresh, as another process would. */
+static struct shm_region *region_own(const uint8_t dgid[16], int *fdp)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&own_lock);
+	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
+		if (!memcmp(rx->gid, dgid, 16)) {
+			fd = dup(rx->fd);
+			break;
+		}
+	pthread_mutex_unlock(&own_lock);
+	if (fd < 0 || (fd = region_reopen(fd)) < 0)
+		return NULL;
+	struct shm_region *r = header_map(fd, dgid);
+	if (!r) {
+		close(fd);
+		return NULL;
+	}
+	*fdp = fd;
+	return r;
+}
+
+/* The region of dgid, asked for and checked, its header mapped: a new
+ * peer entry, or NULL. */
 static struct shm_peer *peer_open(const uint8_t dgid[16])
 {
-	char path[96];
-	struct stat st;
+	char name[SHM_NAME_MAX];
+	int fd = -1;
 
-	if (region_path(dgid, path, sizeof(path)) < 0)
+	region_name(dgid, name, sizeof(name));
+	bool waited;
+	struct shm_region *r = region_own(dgid, &fd);
+	if (!r)
+		r = region_from(name, dgid, &fd, &waited);
+	if (!r)
+		r = region_scan(name, dgid, &fd);
+	if (!r)
 		return NULL;
-	/* never through a symlink, never blocking on a FIFO someone put at
-	 * the name; only a regular file of our own user that no other user
-	 * may write, of a region's size, whose owner lives */
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 022) ||
-	    st.st_size != (off_t)SHM_REGION_BYTES || st.st_uid != geteuid() || !owner_alive(fd)) {
-		close(fd);
-		return NULL;
-	}
-	int slot_hdr = -1;
-	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (r != MAP_FAILED && (slot_hdr = shm_guard_add(r, SHM_HDR_BYTES)) < 0)
-		munmap(r, SHM_HDR_BYTES);
-	if (r == MAP_FAILED || slot_hdr < 0) {
-		close(fd);
-		return NULL;
-	}
 	struct shm_peer *pe = calloc(1, sizeof(*pe));
-	if (!pe || __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
-	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT ||
-	    memcmp(r->gid, dgid, 16) || shm_guard_dead(slot_hdr)) {
-		free(pe);
-		shm_guard_del(slot_hdr);
+	if (!pe) {
 		munmap(r, SHM_HDR_BYTES);
 		close(fd);
 		return NULL;
@@ -708,24 +919,17 @@ static struct shm_peer *peer_open(const uint8_t dgid[16])
 	memcpy(pe->gid, dgid, 16);
 	pe->r = r;
 	pe->fd = fd;
-	pe->ino = st.st_ino;
-	pe->slot_hdr = slot_hdr;
+	pe->pid = shm_self();
 	return pe;
 }
 
-/* Is the entry still the live region its name gives?  Its owner may have
- * died (its lock is free) or its address may have gone to a successor's
- * region; then its rings serve the flows that have them, and new flows
- * open the name afresh. */
+/* Is the entry still a live region?  Its owner may have died (its lock
+ * is free), and its address gone to a successor's region; then its rings
+ * serve the flows that have them, and new flows ask afresh. */
 static bool peer_current(const struct shm_peer *pe)
 {
-	char path[96];
-	struct stat st;
-
-	return !shm_guard_dead(pe->slot_hdr) && region_path(pe->gid, path, sizeof(path)) == 0 && stat(path, &st) == 0 && st.st_ino == pe->ino &&
-	       owner_alive(pe->fd);
+	return owner_alive(pe->fd);
 }
-
 static void peer_unlink(struct shm_peer *pe)
 {
 	for (struct shm_peer **pp = &peers; *pp; pp = &(*pp)->next)
@@ -738,7 +942,6 @@ static void peer_unlink(struct shm_peer *pe)
 
 static void peer_free(struct shm_peer *pe)
 {
-	shm_guard_del(pe->slot_hdr);
 	munmap(pe->r, SHM_HDR_BYTES);
 	close(pe->fd);
 	free(pe);
@@ -753,10 +956,9 @@ static void peer_free(struct shm_peer *pe)
 static struct shm_tx *ring_claim(struct shm_peer *pe)
 {
 	struct shm_region *r = pe->r;
-	uint32_t me = (uint32_t)getpid();
+	uint32_t me = (uint32_t)pe->pid;
 	unsigned idx;
 	uint8_t *ring = NULL;
-	int slot_ring = -1;
 
 	for (idx = 0; idx < SHM_RINGS; idx++) {
 		if (pe->held[idx] || !ring_lock(pe->fd, idx, true))
@@ -766,32 +968,31 @@ static struct shm_tx *ring_claim(struct shm_peer *pe)
 			ring_lock(pe->fd, idx, false);
 			continue;  /* given back, its last records not yet taken */
 		}
-		ring = ring_map(pe->fd, idx, &slot_ring);
+		ring = ring_map(pe->fd, idx);
 		if (!ring) {
 			ring_lock(pe->fd, idx, false);
-			return NULL;  /* /dev/shm is full: UDP */
+			return NULL;  /* no memory for its pages: UDP */
 		}
 		uint32_t t = atomic_load(&r->ring[idx].tail);
 		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(t % SHM_UNITS) * SHM_UNIT);
 		if ((!o || atomic_load(&rec->seq) != t + 1) &&
 		    atomic_compare_exchange_strong(&r->ring[idx].owner, &o, me))
 			break;
-		ring_unmap(ring, slot_ring);
+		munmap(ring, SHM_RING_BYTES);
 		ring = NULL;
 		ring_lock(pe->fd, idx, false);
 	}
 	if (!ring)
 		return NULL;
-	struct shm_tx *tx = shm_guard_dead(slot_ring) ? NULL : calloc(1, sizeof(*tx));
+	struct shm_tx *tx = calloc(1, sizeof(*tx));
 	if (!tx) {
-		ring_unmap(ring, slot_ring);
+		munmap(ring, SHM_RING_BYTES);
 		atomic_store(&r->ring[idx].owner, 0);
 		ring_lock(pe->fd, idx, false);
 		return NULL;
 	}
 	pthread_mutex_init(&tx->lock, NULL);
 	tx->peer = pe;
-	tx->slot_ring = slot_ring;
 	tx->ring = ring;
 	tx->idx = idx;
 	tx->ctl = &r->ring[idx];
@@ -807,18 +1008,13 @@ static struct shm_tx *ring_claim(struct shm_peer *pe)
 	return tx;
 }
 
-static bool tx_dead(const struct shm_tx *tx);
-
 struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 {
 	struct shm_peer *pe;
 	struct shm_tx *tx = NULL;
 
+	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	if (peers_pid != getpid()) {
-		peers = NULL;  /* the parent's (a child's copy is left alone) */
-		peers_pid = getpid();
-	}
 	for (pe = peers; pe && memcmp(pe->gid, dgid, 16); pe = pe->next)
 		;
 	if (pe && !peer_current(pe)) {
@@ -833,7 +1029,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	if (!tx) {
 		/* none to claim: share the least used of ours */
 		for (unsigned i = 0; i < SHM_RINGS; i++)
-			if (pe->held[i] && !tx_dead(pe->held[i]) && (!tx || pe->held[i]->users < tx->users))
+			if (pe->held[i] && (!tx || pe->held[i]->users < tx->users))
 				tx = pe->held[i];
 	}
 	if (tx)
@@ -851,40 +1047,37 @@ out:
 	return tx;
 }
 
-static bool tx_dead(const struct shm_tx *tx)
-{
-	return shm_guard_dead(tx->peer->slot_hdr) || shm_guard_dead(tx->slot_ring);
-}
-
 void shm_tx_detach(struct shm_tx *tx)
 {
 	if (!tx)
 		return;
 	pthread_mutex_lock(&peers_lock);
-	if (peers_pid != getpid()) {
-		pthread_mutex_unlock(&peers_lock);
-		return;  /* the parent's ring, still the parent's */
-	}
+	struct shm_peer *pe = tx->peer;
+	bool ours = pe->pid == shm_self();
 	if (--tx->users == 0) {
-		struct shm_peer *pe = tx->peer;
-		/* the consumer takes what is left and then frees the ring
-		 * (ring_release_if_done): the last ACK of a QP destroyed right
-		 * after it is still delivered */
-		if (!tx_dead(tx))
+		if (ours) {
+			/* the consumer takes what is left and then frees the ring
+			 * (ring_release_if_done): the last ACK of a QP destroyed
+			 * right after it is still delivered */
 			atomic_store(&tx->ctl->owner, 0);
-		ring_lock(pe->fd, tx->idx, false);
-		ring_unmap(tx->ring, tx->slot_ring);
+			ring_lock(pe->fd, tx->idx, false);
+			pthread_mutex_destroy(&tx->lock);
+		}
+		/* else a forked child's copy of its parent's ring: the owner
+		 * word and the lock (on the parent's open file description) are
+		 * the parent's, and so is the mutex, which a parent thread may
+		 * have held at the fork.  Only the child's mappings go. */
+		munmap(tx->ring, SHM_RING_BYTES);
 		pe->held[tx->idx] = NULL;
-		pthread_mutex_destroy(&tx->lock);
 		free(tx);
 		if (--pe->nheld == 0) {
-			peer_unlink(pe);
-			peer_free(pe);
+			if (ours)
+				peer_unlink(pe);  /* the child's list never had the parent's */
+			peer_free(pe);  /* a child's close leaves the parent's description open */
 		}
 	}
 	pthread_mutex_unlock(&peers_lock);
 }
-
 /* Write the record at position pos (units long) and publish it.  The seq of
  * the unit after it is cleared first, so that the consumer, arriving there,
  * never takes a stale lap's bytes for a record (the room check keeps that
@@ -924,11 +1117,12 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 	int i;
 
 	*doorbell = false;
-	pthread_mutex_lock(&tx->lock);  /* one producer per call (struct shm_tx) */
-	if (tx_dead(tx)) {
-		pthread_mutex_unlock(&tx->lock);
+	/* a forked child's copy of its parent's ring: the parent produces
+	 * into it (struct shm_peer); checked before the lock, which a parent
+	 * thread may have held at the fork */
+	if (tx->peer->pid != atomic_load_explicit(&shm_pid, memory_order_relaxed))
 		return -EPIPE;
-	}
+	pthread_mutex_lock(&tx->lock);  /* one producer per call (struct shm_tx) */
 	uint32_t head = tx->head;
 	/* the first record is published last (rec_publish) */
 	for (i = 0; i < n; i++) {
@@ -971,8 +1165,6 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 		atomic_thread_fence(memory_order_seq_cst);  /* see shm_rx_sleeping */
 		*doorbell = atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
 	}
-	/* a fault during the copy: these records went nowhere */
-	int rc = tx_dead(tx) ? -EPIPE : i;
 	pthread_mutex_unlock(&tx->lock);
-	return rc;
+	return i;
 }

@@ -7,9 +7,12 @@
  * receive path, the pcap tap and fault injection are the same for both;
  * only the loopback socket hop is gone.
  *
- * Every receive address (GID) of a device publishes one region,
- * /dev/shm/uroce-rx.<netns inode>.<gid in hex>, of SHM_RINGS single-producer
- * rings.  A connected QP's flow claims one ring in its peer's region when it
+ * Every receive address (GID) of a device publishes one region of
+ * SHM_RINGS single-producer rings: a sealed memfd, handed by file
+ * descriptor to each process of our user that connects to the abstract
+ * unix socket "uroce-rx.<euid>.<gid in hex>" of this network namespace
+ * (or, when that name is taken, one with a random tail; shm.c,
+ * "Rendezvous").  A connected QP's flow claims one ring in its peer's region when it
  * opens and keeps it for its life, so each flow's packets keep their order
  * and never mix paths.  A receiver whose engine sleeps on its sockets says
  * so in the region; a sender that published into it then sends an 8-byte
@@ -27,14 +30,19 @@ struct shm_rx;
 struct shm_tx;
 
 /* Receiver side: the region of one receive address; NULL when there is
- * none (no /proc or /dev/shm, UROCE_SHM=0). */
+ * none (no memfd, no socket, UROCE_SHM=0). */
 struct shm_rx *shm_rx_open(const uint8_t gid[16]);
 void shm_rx_close(struct shm_rx *rx);
-/* Does any sender hold a ring in it?  False from the moment the region is
- * found truncated under us (shm.c, "Truncation"): it is not read again. */
+/* The socket producers connect to, for the engine's epoll (readable: a
+ * producer waits for shm_rx_serve); -1 in a forked child, which serves
+ * nothing. */
+int shm_rx_listen_fd(const struct shm_rx *rx);
+/* Hands the region to every producer of our user waiting on the socket;
+ * never blocks.  A producer waits SHM_CONNECT_WAIT_MS (shm.c) for it. */
+void shm_rx_serve(struct shm_rx *rx);
+/* Does any sender hold a ring in it?  Never in a forked child: the
+ * parent is the consumer. */
 bool shm_rx_active(struct shm_rx *rx);
-/* Was the region abandoned, truncated under us? */
-bool shm_rx_truncated(const struct shm_rx *rx);
 /* Up to max packets, each copied out of its ring into the region's private
  * receive buffers (a sender must not change a packet under validation);
  * *more is set when a ring holds more.  Counts packets that were not. */
@@ -67,9 +75,10 @@ bool shm_tx_peer_sleeping(const struct shm_tx *tx);
 
 /* Copies msgs into the ring; returns how many fit (the rest are lost as on
  * a full socket, and retransmission recovers them).  *doorbell: the
- * receiver sleeps on its sockets and must be woken.  -EPIPE: the region
- * was truncated under us (shm.c, "Truncation"), nothing was sent, and the
- * ring is dead for good: the caller detaches and goes on by UDP. */
+ * receiver sleeps on its sockets and must be woken.  -EPIPE: the ring is
+ * not this process's to produce into (a forked child's copy of its
+ * parent's, shm.c "fork"), nothing was sent: the caller detaches and goes
+ * on by UDP. */
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell);
 /* Tests: every ring of the region starts at position pos (before any is
@@ -89,19 +98,16 @@ void shm_rx_test_view(struct shm_rx *rx, unsigned idx, struct shm_test_view *v);
  * where its round-robin starts), as if newly opened; positions stay. */
 void shm_rx_test_reset(struct shm_rx *rx);
 
-/* Another shared file mapping a peer of our user could truncate (the
+/* A shared file mapping a process of our user could truncate (the
  * counters page, util/stats.c): a SIGBUS in it turns it into private zero
- * pages, as for a region's (issue #13), and the process goes on.  For the
- * mapping's life (its slot, -1 when the guard table is full); unguarded
- * before it is unmapped. */
+ * pages (issue #13), and the process goes on, unless the faulting thread
+ * blocks SIGBUS (README "Security model").  The rings need no guard: they
+ * are sealed.  For the mapping's life (its slot, -1 when the guard table
+ * is full); unguarded before it is unmapped. */
 int shm_guard_mapping(void *p, size_t len);
 void shm_unguard_mapping(int slot);
 /* Tests: how many rings of a region the process claims before its flows
  * share them (0: the default, a quarter). */
 void shm_tx_test_rings_own(unsigned n);
-
-/* Removes regions whose owners died (their lock is free); the device calls
- * it once before it opens its regions. */
-void shm_sweep_stale_regions(void);
 
 #endif

@@ -74,7 +74,7 @@ static size_t rb;
 
 static void region_gone(void)
 {
-	shm_rx_close(rx);  /* its name leaves /dev/shm */
+	shm_rx_close(rx);  /* its memfd and socket go with it */
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -84,7 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	rx = shm_rx_open(gid);
 	atexit(region_gone);
 	if (!rx)
-		die("shm_rx_open (needs /dev/shm and /proc)");
+		die("shm_rx_open (needs memfd_create and an abstract unix socket)");
 	for (int r = 0; r < 2; r++) {
 		shm_rx_test_view(rx, played[r], &v[r]);
 		if (!(shadow[r] = calloc(1, v[r].ring_bytes)))

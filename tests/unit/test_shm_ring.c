@@ -2,11 +2,14 @@
  * in, in order, across wraps and full rings; the doorbell flag follows the
  * consumer's sleep; a ring claimed anew does not replay what an earlier
  * producer left; a consumer survives a producer that writes nonsense; a
- * region whose owner died is neither used nor kept; a region truncated
- * under traffic kills neither side. */
+ * region whose owner died is not used; a region is found by its socket,
+ * also when its name is squatted; a peer cannot truncate a region (it is
+ * sealed), so a thread that blocks SIGBUS survives the attempt; a forked
+ * child neither produces into nor gives back its parent's rings. */
 #include "net/net.h"
 #include "net/shm.h"
 #include <assert.h>
+#include <poll.h>
 #include <pthread.h>
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,17 +31,38 @@ static int failures;
 static uint8_t gid_a[16] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff, 127,99,0,0 };
 static const uint8_t sgid[16] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff, 127,99,1,1 };
 
-/* packet `seq` of `len` bytes: the seq, then a pattern of it */
-/* Is this /dev/shm name the region of gid (not a region being set up)? */
-static bool is_region_of(const char *name, const uint8_t gid[16])
+/* The region of gid among this process's fds, opened afresh through
+ * /proc/self/fd as a peer of our user could open it through /proc/PID/fd
+ * (a memfd: "/memfd:uroce-rx"; the code before issue #13's fix had
+ * "/dev/shm/uroce-rx.*" files); the header's gid is at byte 32.  -1: none. */
+static int region_fd(const uint8_t gid[16])
 {
-	char hex[33];
-	size_t n = strlen(name);
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", gid[i]);
-	return !strncmp(name, "uroce-rx.", 9) && n > 32 && !strcmp(name + n - 32, hex);
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int found = -1;
+
+	while (found < 0 && d && (e = readdir(d))) {
+		char path[300], link[300];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strncmp(link, "/memfd:uroce-rx", 15) && strncmp(link, "/dev/shm/uroce-rx.", 18))
+			continue;
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		uint8_t hdr[48];
+		if (fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) && !memcmp(hdr + 32, gid, 16))
+			found = fd;
+		else if (fd >= 0)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+	return found;
 }
 
+/* packet `seq` of `len` bytes: the seq, then a pattern of it */
 static void fill(uint8_t *b, uint32_t len, uint32_t seq)
 {
 	for (uint32_t i = 0; i < len; i++)
@@ -189,22 +215,14 @@ static void test_order_and_wrap(void)
 	shm_rx_close(rx);
 }
 
-/* The region file of gid, mapped as another process could map it; its
+/* The region of gid, mapped as another process could map it; its
  * rings start at *ring0 (header first, then 32 rings of 2 MiB). */
 static uint8_t *map_region(const uint8_t gid[16], size_t *len, uint8_t **ring0)
 {
-	char path[300] = "";
-	DIR *d = opendir("/dev/shm");
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		if (is_region_of(e->d_name, gid))
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-	if (d)
-		closedir(d);
-	int fd = open(path, O_RDWR);
+	int fd = region_fd(gid);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		CHECK(0, "region file %s", path);
+		CHECK(0, "region fd");
 		return NULL;
 	}
 	uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -392,6 +410,10 @@ static void test_hostile_producer(void)
 	shm_rx_close(rx);
 }
 
+/* The region a child opened, which it serves (as its engine would) until
+ * it is killed. */
+static struct shm_rx *child_rx;
+
 /* Run fn(gid) in a child that then waits to be killed; true if fn said it
  * succeeded. */
 static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_t *child)
@@ -406,8 +428,15 @@ static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_
 		c = fn(gid);
 		if (write(p[1], &c, 1) < 0)
 			_exit(1);
-		pause();
-		_exit(0);
+		for (;;) {
+			if (!child_rx) {
+				pause();
+				continue;
+			}
+			struct pollfd pfd = { .fd = shm_rx_listen_fd(child_rx), .events = POLLIN };
+			if (poll(&pfd, 1, -1) == 1)
+				shm_rx_serve(child_rx);
+		}
 	}
 	if (*child < 0 || read(p[0], &c, 1) != 1)
 		c = 0;
@@ -418,7 +447,7 @@ static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_
 
 static bool child_opens_region(const uint8_t *gid)
 {
-	return shm_rx_open(gid) != NULL;
+	return (child_rx = shm_rx_open(gid)) != NULL;
 }
 
 static bool child_sends_two(const uint8_t *gid)
@@ -431,8 +460,9 @@ static bool child_sends_two(const uint8_t *gid)
 	return tx != NULL;
 }
 
-/* The owner is killed: its region is not attached to, and the next region
- * opened removes it. */
+/* Another process's region is handed over through its socket; once the
+ * owner is killed, it is not attached to (and nothing of it is left: the
+ * memfd went with its last holder). */
 static void test_dead_owner(void)
 {
 	uint8_t gid[16];
@@ -441,21 +471,76 @@ static void test_dead_owner(void)
 	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
 	struct shm_tx *tx = shm_tx_attach(gid);
 	CHECK(tx, "a live owner's region is attached to");
+	send_one(tx, 5, 60);
+	int fd = region_fd(gid);
+	CHECK(fd >= 0, "the region is held here by an fd of its own");
+	if (fd >= 0)
+		close(fd);
 	shm_tx_detach(tx);
+	fd = region_fd(gid);
+	CHECK(fd < 0, "and let go with the last ring");
+	if (fd >= 0)
+		close(fd);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	tx = shm_tx_attach(gid);
 	CHECK(!tx, "a dead owner's region is not");
 	shm_tx_detach(tx);
-	shm_sweep_stale_regions();
-	DIR *d = opendir("/dev/shm");
-	struct dirent *e;
-	bool left = false;
-	while (d && (e = readdir(d)))
-		left |= is_region_of(e->d_name, gid);
-	if (d)
-		closedir(d);
-	CHECK(!left, "the dead owner's region is removed");
+}
+
+/* The abstract name an owner of gid binds first (shm.c, "Rendezvous") */
+static void addr_name(const uint8_t gid[16], char *name, size_t n)
+{
+	int k = snprintf(name, n, "uroce-rx.%u.", (unsigned)geteuid());
+	for (int i = 0; i < 16; i++)
+		k += snprintf(name + k, n - (size_t)k, "%02x", gid[i]);
+}
+
+/* Binds the abstract name `name` as a squatter would (listening, never
+ * answering): its fd. */
+static int squat(const char *name)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(name);
+	memcpy(sa.sun_path + 1, name, n);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0 || bind(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0 ||
+	    listen(s, 4) < 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* Issue 13, item 1: the address's name is taken before the owner opens
+ * its region (by a squatter that never answers); the owner listens at a
+ * random name, and a producer finds it there after one failed ask. */
+static void test_squatted_name(void)
+{
+	uint8_t gid[16];
+	char name[80];
+	test_gid(gid, 14);
+	addr_name(gid, name, sizeof(name));
+	int s = squat(name);
+	CHECK(s >= 0, "squat %s", name);
+	/* a squatter's answer-less name with a random-looking tail, too */
+	char decoy[100];
+	snprintf(decoy, sizeof(decoy), "%s.0000000000000000", name);
+	int s2 = squat(decoy);
+	pid_t child;
+	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region under the squatted name");
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(tx, "a producer finds it anyway");
+	if (tx) {
+		send_one(tx, 6, 70);
+		shm_tx_detach(tx);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(s);
+	if (s2 >= 0)
+		close(s2);
 }
 
 /* The region of test address k, where a child sent two packets and was
@@ -578,22 +663,6 @@ static void test_dead_producer_reaped(void)
 	shm_rx_close(rx);
 }
 
-/* The /dev/shm name of gid's region (the first one there is) */
-static bool region_name(const uint8_t gid[16], char *path, size_t n)
-{
-	DIR *d = opendir("/dev/shm");
-	struct dirent *e;
-	bool found = false;
-	while (!found && d && (e = readdir(d)))
-		if (is_region_of(e->d_name, gid)) {
-			snprintf(path, n, "/dev/shm/%s", e->d_name);
-			found = true;
-		}
-	if (d)
-		closedir(d);
-	return found;
-}
-
 static int send_ret(struct shm_tx *tx, uint32_t seq, uint32_t len)
 {
 	static uint8_t b[4400];
@@ -603,54 +672,142 @@ static int send_ret(struct shm_tx *tx, uint32_t seq, uint32_t len)
 	return shm_tx_send(tx, sgid, 7, 0, &m, 1, &db);
 }
 
-/* Issue 13: a peer of the same user truncates a region under traffic.
- * Neither the consumer nor a producer dies of SIGBUS: each finds the
- * mapping dead, the producer's send says -EPIPE (net.c goes on by UDP),
- * the consumer stops reading the region and truncates it to nothing, so a
- * producer whose own ring survived the cut finds out as well.  (The old
- * code died here.) */
-static void test_truncated_region(void)
+/* Issue 13, items 1 and 2: a peer of the same user tries to truncate a
+ * region under traffic, through /proc as it would (/proc/PID/fd/N).  The
+ * region is sealed: every truncation fails with EPERM, and this thread,
+ * which blocks SIGBUS (a poller's or poster's mask is the application's),
+ * goes on sending and receiving, the data exact.  (The code before the
+ * seals let the truncation through, and a fault with SIGBUS blocked
+ * killed the process whatever the handler.) */
+static void test_truncation_refused(void)
 {
 	uint8_t gid[16];
-	char path[300];
 	struct shm_rx *rx;
 	struct shm_tx *tx1, *tx2;
+	sigset_t bus, old;
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	pthread_sigmask(SIG_BLOCK, &bus, &old);
 	if (!region_and_ring(gid, 11, &rx, &tx1))
-		return;
+		goto out;
 	tx2 = shm_tx_attach(gid);
 	CHECK(tx2, "a second ring");
-	CHECK(region_name(gid, path, sizeof(path)), "the region's name");
 	send_one(tx1, 1, 100);
-	CHECK(got_one(rx, 1, 100), "a packet before the cut");
-	/* the header and one ring (tx1's, claimed first: ring 0) survive */
-	CHECK(truncate(path, 4096 + 32768 * 64) == 0, "truncate the region");
-	CHECK(tx2 && send_ret(tx2, 2, 100) == -EPIPE, "the producer whose ring was cut: -EPIPE, no SIGBUS");
-	CHECK(tx2 && send_ret(tx2, 3, 100) == -EPIPE, "and its ring stays dead");
-	static struct uroce_rxpkt pkts[64];
-	uint64_t bad = 0;
-	bool more = false;
-	int n = shm_rx_active(rx) ? shm_rx_poll(rx, pkts, 64, &more, &bad) : 0;
-	CHECK(n == 0 && shm_rx_truncated(rx) && !shm_rx_active(rx),
-	      "the consumer abandons the region (got %d, truncated %d)", n, shm_rx_truncated(rx));
-	struct stat st;
-	CHECK(stat(path, &st) < 0, "and takes its name away");
-	CHECK(send_ret(tx1, 4, 100) == -EPIPE, "a producer whose ring was not cut finds out too");
-	CHECK(!shm_tx_attach(gid), "no ring is claimed in it any more");
+	CHECK(got_one(rx, 1, 100), "a packet before the attempt");
+	int fd = region_fd(gid);
+	CHECK(fd >= 0, "the region among our fds, as /proc shows it to a peer");
+	errno = 0;
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)1 << 32) < 0 && errno == EPERM, "growing it fails EPERM (errno %d)", errno);
+	errno = 0;
+	CHECK(fd >= 0 && ftruncate(fd, 4096 + 32768 * 64) < 0 && errno == EPERM, "shrinking it fails EPERM (errno %d)", errno);
+	errno = 0;
+	CHECK(fd >= 0 && ftruncate(fd, 0) < 0 && errno == EPERM, "truncating it to 0 fails EPERM (errno %d)", errno);
+	CHECK(fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) < 0, "no seal can be added (F_SEAL_SEAL)");
+	if (fd >= 0)
+		close(fd);
+	for (uint32_t k = 0; k < 2000; k++) {
+		struct shm_tx *tx = k % 2 ? tx2 : tx1;
+		uint32_t len = len_of(k);
+		CHECK(send_ret(tx, 10 + k, len) == 1, "send %u after the attempt", k);
+		if (!got_one(rx, 10 + k, len)) {
+			CHECK(0, "packet %u after the attempt, exact", k);
+			break;
+		}
+	}
 	shm_tx_detach(tx1);
 	shm_tx_detach(tx2);
 	shm_rx_close(rx);
+out:
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
-	/* cut to nothing, consumer first */
-	if (!region_and_ring(gid, 12, &rx, &tx1))
+/* fork without exec (issue 13, item 2): the parent holds a ring; its
+ * child attaches a ring of its own in the same region, finds the
+ * inherited one refused (-EPIPE: net.c then sends that flow by UDP),
+ * detaches everything and exits.  The parent's ring is still its own:
+ * the owner word and its lock (which the consumer's reaping checks) are
+ * untouched, and its packets arrive, exact.  (Before, the child's detach
+ * gave the parent's ring back: owner 0 and the lock, on the description
+ * both share, released.)  Another parent thread holds peers_lock across
+ * the fork: the child's attach does not hang on it. */
+static void *hold_peers_lock(void *arg)
+{
+	/* shm_tx_attach of an address whose name a squatter holds takes
+	 * peers_lock and waits SHM_CONNECT_WAIT_MS for an answer under it: the
+	 * fork likely comes meanwhile (the test passes either way; it then
+	 * also shows that the child's lock was made anew) */
+	shm_tx_detach(shm_tx_attach(arg));
+	return NULL;
+}
+
+static void test_fork(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx;
+	struct shm_tx *tx;
+	if (!region_and_ring(gid, 15, &rx, &tx))
 		return;
-	CHECK(region_name(gid, path, sizeof(path)), "the region's name");
-	CHECK(truncate(path, 0) == 0, "truncate the region to 0");
-	CHECK(!shm_rx_active(rx) && shm_rx_truncated(rx), "the consumer sees it dead at its next look");
-	CHECK(shm_rx_poll(rx, pkts, 64, &more, &bad) == 0, "and reads nothing");
-	shm_rx_sleeping(rx, true);
-	CHECK(shm_tx_peer_sleeping(tx1) == false, "the producer reads zeros, not SIGBUS");
-	CHECK(send_ret(tx1, 5, 100) == -EPIPE, "the producer: -EPIPE");
-	shm_tx_detach(tx1);
+	send_one(tx, 1, 50);
+	CHECK(got_one(rx, 1, 50), "the parent's ring works");
+	struct shm_test_view v;
+	unsigned idx = 0;
+	for (; idx < 32; idx++) {
+		shm_rx_test_view(rx, idx, &v);
+		if (__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid())
+			break;
+	}
+	CHECK(idx < 32, "the parent owns a ring");
+	uint8_t nogid[16];
+	char name[80];
+	test_gid(nogid, 250);
+	addr_name(nogid, name, sizeof(name));
+	int sq = squat(name);
+	pthread_t t;
+	pthread_create(&t, NULL, hold_peers_lock, nogid);
+	pid_t child = fork();
+	if (child == 0) {
+		int rc = 0;
+		struct shm_tx *mine = shm_tx_attach(gid);
+		if (!mine || mine == tx)
+			rc |= 1;  /* no ring of its own */
+		if (send_ret(tx, 2, 50) != -EPIPE)
+			rc |= 2;  /* produced into the parent's ring */
+		if (mine && send_ret(mine, 3, 50) != 1)
+			rc |= 4;
+		static struct uroce_rxpkt cp[64];
+		uint64_t cbad = 0;
+		bool cmore = false;
+		if (shm_rx_poll(rx, cp, 64, &cmore, &cbad) != 0 || shm_rx_active(rx))
+			rc |= 8;  /* the child consumed the parent's region */
+		shm_tx_detach(tx);
+		shm_tx_detach(mine);
+		shm_rx_close(rx);
+		_exit(rc);
+	}
+	int status = 0;
+	waitpid(child, &status, 0);
+	pthread_join(t, NULL);
+	close(sq);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child: own ring, inherited one refused, consumed nothing (status %#x)", status);
+	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid(), "the parent still owns its ring (owner %u)", *v.owner);
+	/* the child's packet (ring 3's) first, then the child's ring goes back */
+	static struct uroce_rxpkt pkts[64];
+	uint64_t bad = 0;
+	bool more = false;
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(n == 1 && matches(pkts[0].buf, 50, 3), "the child's own packet (%d)", n);
+	/* past a reaping round: a ring whose lock was dropped would be given back */
+	for (int i = 0; i < 10000; i++)
+		shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid(), "and its lock: not reaped (owner %u)", *v.owner);
+	for (uint32_t k = 0; k < 1000; k++) {
+		send_one(tx, 100 + k, len_of(k));
+		if (!got_one(rx, 100 + k, len_of(k))) {
+			CHECK(0, "the parent's packet %u after the child, exact", k);
+			break;
+		}
+	}
+	shm_tx_detach(tx);
 	shm_rx_close(rx);
 }
 
@@ -662,10 +819,11 @@ static void test_foreign_sigbus(void)
 	test_gid(gid, 13);
 	pid_t child = fork();
 	if (child == 0) {
-		struct shm_rx *rx = shm_rx_open(gid);  /* installs the handler */
+		static char page[4096];
+		int slot = shm_guard_mapping(page, sizeof(page));  /* installs the handler */
 		char name[] = "/dev/shm/uroce-test-bus.XXXXXX";
 		int fd = mkstemp(name);
-		if (!rx || fd < 0 || ftruncate(fd, 4096) < 0)
+		if (slot < 0 || fd < 0 || ftruncate(fd, 4096) < 0)
 			_exit(2);
 		unlink(name);
 		volatile uint8_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -698,7 +856,9 @@ int main(void)
 	test_rings_shared();
 	test_position_wrap();
 	test_calls_appear_whole();
-	test_truncated_region();
+	test_squatted_name();
+	test_truncation_refused();
+	test_fork();
 	test_foreign_sigbus();
 	if (failures) {
 		printf("%d failures\n", failures);
