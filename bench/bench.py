@@ -1304,9 +1304,11 @@ def main():
     b.meta = meta
     header = ["uroce benchmark  %s  host %s  %d CPUs (%s)  kernel %s" % (meta["date"], meta["host"], meta["cpus"],
                                                                          meta["cpu_model"], meta["kernel"]),
-              "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
-                  meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
-                  ", ".join(fmt_size(s) for s in b.sizes)),
+              ("uroce %s (liburoce.so built %s); mode %s, one pass" % (meta["git"], meta["liburoce_mtime"], meta["mode"])
+               if args.onesided else
+               "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
+                   meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
+                   ", ".join(fmt_size(s) for s in b.sizes))),
               "load at start: %s" % meta["uptime_start"]]
     print("\n".join(header), flush=True)
     try:

@@ -381,13 +381,14 @@ static void side_connect(struct side *s, const struct wire_qp *peer)
 		.qp_state = IBV_QPS_RTS, .sq_psn = s->psn, .timeout = (uint8_t)opt.qp_timeout,
 		.retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1,
 	};
-	if (ibv_modify_qp(s->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS) ||
-	    ibv_modify_qp(s->qp, &rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ||
-	    ibv_modify_qp(s->qp, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-			  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		fail(EXIT_SETUP, "ibv_modify_qp to RTS: %s", strerror(errno));
+	int rc;   /* ibv_modify_qp(3) returns the errno */
+	if ((rc = ibv_modify_qp(s->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				IBV_QP_ACCESS_FLAGS)) ||
+	    (rc = ibv_modify_qp(s->qp, &rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) ||
+	    (rc = ibv_modify_qp(s->qp, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+				IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)))
+		fail(EXIT_SETUP, "ibv_modify_qp toward RTS: %s", strerror(rc));
 }
 
 static void wire_fill(struct wire_qp *w, const struct side *s)
@@ -596,6 +597,8 @@ static int run_target(void)
 		fail(EXIT_SETUP, "the client speaks another side-channel version");
 	opt.op = (enum op)ntohl(peer.op);
 	opt.size = ntohl(peer.size);
+	if (opt.size < 1 || opt.size > 1u << 30 || (opt.op == OP_FADD && opt.size != 8))
+		fail(EXIT_SETUP, "the client asks for %s of %u bytes", op_label[opt.op], opt.size);
 
 	struct side s;
 	side_open(&s);
