@@ -73,6 +73,20 @@ PERFTEST_LAT = {"uroce_send_lat": "ib_send_lat", "uroce_write_lat": "ib_write_la
                 "uroce_read_lat_udp": "ib_read_lat"}
 ATOMICS = [("uroce_atomic_fadd", "FETCH_AND_ADD"), ("uroce_atomic_cas", "CMP_AND_SWAP")]
 
+# "one-sided latency by target behaviour" (bench/onesided_lat, issue #14): a
+# client times one operation at a time, paced, while the target application
+# does each of these; idle first, the baseline of the ratios
+ONESIDED_TARGETS = ["idle", "compute", "spin-mem", "poll-compute", "poll-sleep", "poll-spin", "poll-threads",
+                    "poll-once-read", "fork-child"]
+ONESIDED_TARGETS_QUICK = ["idle", "compute", "poll-compute", "poll-sleep", "poll-once-read"]
+ONESIDED_CASES = [("read", 64), ("read", 65536), ("write", 64), ("write", 65536), ("fadd", 8)]
+ONESIDED_CASES_QUICK = [("read", 64), ("write", 64), ("fadd", 8)]
+ONESIDED_PATHS = [("rings", None), ("udp", "0")]  # path, UROCE_SHM
+ONESIDED_OP_LABEL = {"read": "READ", "write": "WRITE", "fadd": "FETCH_AND_ADD"}
+# issue #14's acceptance: a target's behaviour costs at most 2x the idle
+# target's median, and the p99 stays within 200 us
+ONESIDED_MAX_RATIO, ONESIDED_MAX_P99_US = 2.0, 200.0
+
 
 def fmt_size(n):
     if n >= 1 << 20 and n % (1 << 20) == 0:
@@ -225,6 +239,7 @@ class Bench:
         self.shm_pp_bin = os.path.join(self.bindir, "shm_pingpong")
         self.stalls_bin = os.path.join(self.bindir, "cpu_stalls")
         self.memcpy = os.path.join(self.bindir, "memcpy_bw")
+        self.onesided_bin = os.path.join(self.bindir, "onesided_lat")
         self.out = os.path.abspath(args.out)
         self.logdir = os.path.join(self.out, "logs")
         os.makedirs(self.logdir, exist_ok=True)
@@ -716,6 +731,69 @@ class Bench:
                             l3_bytes=int(m.group(1)) if m else None, pool_bytes=int(m.group(2)) if m else None)
                 self.record("memcpy_" + kind, s, rep, True, vals, cmd=cmd)
 
+    # -- one-sided latency by target behaviour ----------------------------
+    @staticmethod
+    def onesided_metric(path, op, target):
+        return "onesided_%s_%s_%s" % (path, op, target)
+
+    def onesided(self, path, shm, op, size, target, iters, end):
+        """One onesided_lat pair: the client's median, p99 and max of `iters`
+        operations paced 100 us apart, the target doing `target`."""
+        metric = self.onesided_metric(path, op, target)
+        if time.monotonic() > end:
+            return self.record(metric, size, 0, False, skipped=True,
+                               reason="skipped: the section's time (%.0f s) used up" % self.args.onesided_budget)
+        port = self.free_port()
+        base = [self.uroce, "run", "--", self.onesided_bin, "--port=%d" % port]
+        srv = base + ["--target=" + target]
+        cli = base + ["--op=" + op, "--size=%d" % size, "--iters=%d" % iters, "--pace-us=100", "127.0.0.1"]
+        env = dict(os.environ, UROCE_SHM=shm) if shm is not None else None
+        cmd = ("UROCE_SHM=%s " % shm if shm is not None else "") + " ".join(srv) + " & " + " ".join(cli)
+        # the client ends a stalled operation itself after 10 s; 20 ms an
+        # operation is past the worst cliff seen (p99 8-12 ms)
+        ok, reason, s, c = self.run_pair("%s_%d" % (metric, size), srv, cli, lambda p: listening_tcp(port),
+                                         30 + 0.02 * iters, env=env)
+        if not ok:
+            return self.record(metric, size, 0, False, reason=reason, cmd=cmd, path=path, op=op, target=target)
+        kv = None
+        for line in c.out().splitlines():
+            if line.startswith("onesided "):
+                kv = {}
+                for tok in line.split()[1:]:
+                    k, _, v = tok.partition("=")
+                    try:
+                        kv[k] = float(v)
+                    except ValueError:
+                        kv[k] = v
+        if not kv or "median_us" not in kv:
+            return self.record(metric, size, 0, False, reason="no result line: " + c.tail(), cmd=cmd, path=path,
+                               op=op, target=target)
+        vals = dict(lat_median_us=kv["median_us"], lat_p99_us=kv["p99_us"], lat_max_us=kv["max_us"],
+                    lat_min_us=kv.get("min_us"), iters=kv["iters"], cpu_client_s=c.cpu, cpu_server_s=s.cpu)
+        return self.record(metric, size, 0, True, vals, cmd=cmd, path=path, op=op, target=target)
+
+    def onesided_section(self):
+        iters = self.args.onesided_iters or (300 if self.quick else 2000)
+        targets = self.onesided_targets()
+        cases = ONESIDED_CASES_QUICK if self.quick else ONESIDED_CASES
+        self.log("one-sided latency by target behaviour: %d targets x %d cases x 2 paths, %d operations each" %
+                 (len(targets), len(cases), iters))
+        end = time.monotonic() + self.args.onesided_budget
+        # the section has its own time, whatever the sections before it used
+        self.budget = max(self.budget, self.elapsed() + self.args.onesided_budget)
+        for path, shm in ONESIDED_PATHS:
+            for op, size in cases:
+                for target in targets:
+                    self.guard(self.onesided, self.onesided_metric(path, op, target), size, 0,
+                               path, shm, op, size, target, iters, end)
+
+    def onesided_targets(self):
+        if self.args.onesided_targets:
+            chosen = [t for t in self.args.onesided_targets.split(",") if t]
+        else:
+            chosen = ONESIDED_TARGETS_QUICK if self.quick else ONESIDED_TARGETS
+        return ["idle"] + [t for t in chosen if t != "idle"]  # idle: the ratios' baseline
+
     # -- idle CPU -------------------------------------------------------
     def idle_cpu(self):
         """CPU used by uroce processes that sit with no traffic: an ib_write_bw
@@ -777,6 +855,9 @@ class Bench:
             self.record(metric, size, rep, False, reason="bench.py error: %s: %s" % (type(e).__name__, e))
 
     def run(self):
+        if self.args.onesided:
+            self.guard(self.onesided_section, "onesided", 0, 0)
+            return
         self.log("idle CPU sample (%.0f s)" % self.cfg["idle_s"])
         self.guard(self.idle_cpu, "idle", 0, 0)
         write_read_lat_sizes = [s for s in self.sizes if s == 2] if self.quick else self.sizes
@@ -803,6 +884,8 @@ class Bench:
                 self.guard(self.uroce_atomic, metric, 8, rep, metric, op, rep)
         if self.qperf:
             self.qperf[0].kill()
+        # once, not per repetition: its own idle baseline is in it
+        self.guard(self.onesided_section, "onesided", 0, 0)
 
     # -- summary --------------------------------------------------------
     def summarize(self):
@@ -904,7 +987,47 @@ def collect_meta(b, phase):
     return m
 
 
+def onesided_table(b):
+    """The one-sided section: each target behaviour beside the idle target
+    of the same path, op and size, with issue #14's pass mark."""
+    hdr = ["path, op, size", "target", "median us", "p99 us", "max us", "idle median us", "med/idle", "pass", "note"]
+    rows = []
+    npass = nrows = 0
+    cases = ONESIDED_CASES_QUICK if b.quick else ONESIDED_CASES
+    for path, _ in ONESIDED_PATHS:
+        for op, size in cases:
+            idle = b.get(b.onesided_metric(path, op, "idle"), size, "lat_median_us")
+            for target in b.onesided_targets():
+                metric = b.onesided_metric(path, op, target)
+                if not b.summary.get(metric, {}).get(str(size)):
+                    continue
+                med, p99, mx = (b.get(metric, size, k) for k in ("lat_median_us", "lat_p99_us", "lat_max_us"))
+                r = ratio(med, idle)
+                mark = "-"
+                if med is not None and r is not None:
+                    why = []
+                    if r > ONESIDED_MAX_RATIO:
+                        why.append("median %s idle" % rtxt(r))
+                    if p99 > ONESIDED_MAX_P99_US:
+                        why.append("p99 > %.0f us" % ONESIDED_MAX_P99_US)
+                    mark = "FAIL: " + ", ".join(why) if why else "pass"
+                    nrows += 1
+                    npass += not why
+                rows.append(["%s %s %s" % (path, ONESIDED_OP_LABEL[op], fmt_size(size)), target, num(med), num(p99),
+                             num(mx), num(idle), rtxt(r), mark, b.status(metric, size)])
+            rows.append(None)
+    iters = b.args.onesided_iters or (300 if b.quick else 2000)
+    title = ("One-sided latency by target behaviour (bench/onesided_lat: one operation at a time, paced 100 us, "
+             "%d each, post to completion at the client; rings = same-host rings, udp = UROCE_SHM=0; med/idle = "
+             "median / the idle target's median of the same path, op and size, this run; pass = median <= %gx "
+             "idle and p99 <= %.0f us (issue #14): %d of %d pass)" % (iters, ONESIDED_MAX_RATIO, ONESIDED_MAX_P99_US,
+                                                                    npass, nrows))
+    return (title, hdr, rows)
+
+
 def tables(b):
+    if b.args.onesided:
+        return [onesided_table(b)]
     S = b.sizes
     out_txt, out_md = [], []
 
@@ -989,6 +1112,7 @@ def tables(b):
         rows.append([label, ("%.2f %% of a core over %.1f s" % (v, secs)) if v is not None else "-",
                      str((b.summary.get(metric, {}).get("0") or {}).get("n_ok", 0)), b.status(metric, 0)])
     out_txt.append(("uroce extras", hdr, rows))
+    out_txt.append(onesided_table(b))
     return out_txt
 
 
@@ -1129,17 +1253,35 @@ def main():
     ap.add_argument("--root", default=os.path.dirname(here), help="uroce checkout (build/bin inside)")
     ap.add_argument("--quick", action="store_true", help="1 repetition, short runs (CI smoke)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3); medians are reported")
-    ap.add_argument("--out", default=os.path.join(here, "results"), help="output directory (default bench/results)")
+    ap.add_argument("--out", default=None, help="output directory (default bench/results, with --onesided "
+                    "bench/results-onesided)")
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="message sizes, comma separated")
     ap.add_argument("--budget", type=float, default=0, help="seconds after which remaining tests are skipped "
                     "(default 800, --quick 100)")
+    ap.add_argument("--onesided", action="store_true",
+                    help="run only the section 'one-sided latency by target behaviour' (bench/onesided_lat)")
+    ap.add_argument("--onesided-iters", type=int, default=0,
+                    help="operations per one-sided run (default 2000, --quick 300)")
+    ap.add_argument("--onesided-targets", default="",
+                    help="target behaviours, comma separated (default all: %s; --quick: %s); idle always runs" % (
+                        ",".join(ONESIDED_TARGETS), ",".join(ONESIDED_TARGETS_QUICK)))
+    ap.add_argument("--onesided-budget", type=float, default=600,
+                    help="seconds the one-sided section may take, after which its runs are skipped (default 600)")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if args.out is None:
+        args.out = os.path.join(here, "results-onesided" if args.onesided else "results")
     if args.reps < 1:
         ap.error("--reps must be >= 1")
 
+    if args.onesided_iters < 0:
+        ap.error("--onesided-iters must not be negative (0: the default)")
+    bad = [t for t in args.onesided_targets.split(",") if t and t not in ONESIDED_TARGETS]
+    if bad:
+        ap.error("--onesided-targets: unknown %s (known: %s)" % (",".join(bad), ",".join(ONESIDED_TARGETS)))
+
     b = Bench(args)
-    for path in (b.uroce, b.pp_bin, b.memcpy):
+    for path in (b.uroce, b.onesided_bin) if args.onesided else (b.uroce, b.pp_bin, b.memcpy, b.onesided_bin):
         if not os.access(path, os.X_OK):
             print("bench.py: %s missing: build first (bench/run.sh does)" % path, file=sys.stderr)
             return 2
@@ -1151,7 +1293,8 @@ def main():
                 perftest=sh("dpkg-query -W -f '${Version}' perftest"), qperf=sh("dpkg-query -W -f '${Version}' qperf"),
                 gnuplot=sh("gnuplot --version"), python=platform.python_version(),
                 uroce_env={k: v for k, v in os.environ.items() if k.startswith("UROCE_")},
-                mode="quick" if b.quick else "full", reps=b.reps, sizes=b.sizes, config=b.cfg)
+                mode=("onesided " if args.onesided else "") + ("quick" if b.quick else "full"), reps=b.reps,
+                sizes=b.sizes, config=b.cfg)
     try:
         meta["liburoce_mtime"] = datetime.datetime.fromtimestamp(os.path.getmtime(meta["liburoce"])).strftime(
             "%Y-%m-%d %H:%M:%S")
@@ -1161,9 +1304,11 @@ def main():
     b.meta = meta
     header = ["uroce benchmark  %s  host %s  %d CPUs (%s)  kernel %s" % (meta["date"], meta["host"], meta["cpus"],
                                                                          meta["cpu_model"], meta["kernel"]),
-              "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
-                  meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
-                  ", ".join(fmt_size(s) for s in b.sizes)),
+              ("uroce %s (liburoce.so built %s); mode %s, one pass" % (meta["git"], meta["liburoce_mtime"], meta["mode"])
+               if args.onesided else
+               "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
+                   meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
+                   ", ".join(fmt_size(s) for s in b.sizes))),
               "load at start: %s" % meta["uptime_start"]]
     print("\n".join(header), flush=True)
     try:
@@ -1180,7 +1325,7 @@ def main():
     header.append("load at end:   %s   (run took %.0f s)" % (meta["uptime_end"], meta["elapsed_s"]))
     failures = [r for r in b.runs if not r["ok"]]
     os.makedirs(b.out, exist_ok=True)
-    perr = plot(b, b.out)
+    perr = plot(b, b.out) if not args.onesided else "not drawn for --onesided"
     text = "\n".join(header) + "\n" + render_text(tabs)
     if failures:
         text += "\n\n== Failures (%d; probe = calibration run)\n" % len(failures)

@@ -1,22 +1,26 @@
 #!/bin/bash
 # The uroce benchmark, one command:
-#   bench/run.sh [--quick] [--reps N] [--out DIR] [--sizes 2,64,...] [--no-build]
+#   bench/run.sh [--quick] [--reps N] [--out DIR] [--sizes 2,64,...] [--no-build] [--onesided]
 # Builds what is needed (cmake/make in build/, beside this directory), then runs
 # bench/bench.py: uroce through perftest, TCP (qperf and bench/tcp_pingpong),
 # UDP (bench/tcp_pingpong --udp) and memcpy (bench/memcpy_bw) for 2 B, 64 B,
-# 4 KiB, 64 KiB and 1 MiB; prints the table and writes results.json,
+# 4 KiB, 64 KiB and 1 MiB, then one-sided latency by target behaviour
+# (bench/onesided_lat); prints the table and writes results.json,
 # results.md, results.txt and results.png to DIR (default bench/results/).
+# --onesided runs only the one-sided section (DIR bench/results-onesided/).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$ROOT/build"
 build=1
+onesided=0
 args=()
 for a in "$@"; do
 	case "$a" in
 	--no-build) build=0 ;;
 	-h|--help)
-		sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
 		exec "${PYTHON:-python3}" "$ROOT/bench/bench.py" --help ;;
+	--onesided) onesided=1; args+=("$a") ;;
 	*) args+=("$a") ;;
 	esac
 done
@@ -30,7 +34,8 @@ for t in perftest qperf gnuplot; do
 	esac
 done
 command -v ibv_rc_pingpong >/dev/null || missing="$missing ibverbs-utils"
-if [ -n "$missing" ]; then
+# the one-sided section needs none of them
+if [ -n "$missing" ] && [ $onesided = 0 ]; then
 	echo "run.sh: missing Debian packages:$missing (apt-get install$missing); those measurements will fail" >&2
 fi
 
