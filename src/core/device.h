@@ -25,9 +25,8 @@ struct uroce_engine {
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
-	_Atomic uint64_t app_spin_ns;   /* last empty poll of a run of SPIN_POLLS or more, each within
-					 * UROCE_POLL_SPIN_US of the one before: an application spins */
-	_Atomic uint32_t app_poll_run;  /* empty polls so far in the current run */
+	_Atomic uint64_t app_run_ns;    /* start of the current run of polls close together */
+	_Atomic uint64_t app_spin_ns;   /* last poll of a run that has lasted SPIN_MIN_NS: a spin */
 	_Atomic uint64_t handback_ns;   /* last exec_poll_found() hand-back */
 	atomic_bool stop;
 	atomic_bool sleeping;

@@ -11,9 +11,9 @@
  * keeps polling through bidirectional WRITE streams must not kick the
  * engine per completion. */
 #define HANDBACK_MIN_NS 100000ull
-/* Empty polls in a row, each within UROCE_POLL_SPIN_US of the one before,
- * that make a spin (exec_poll_progress). */
-#define SPIN_POLLS 8
+/* How long a run of polls close together must last to be a spin
+ * (poll_stamp). */
+#define SPIN_MIN_NS 50000ull
 
 static void run_timers(struct uroce_dev *dev, uint64_t now)
 {
@@ -88,6 +88,28 @@ int exec_progress(struct uroce_dev *dev, int budget)
 	return done;
 }
 
+/* A poll by the application, empty or not: is it spinning?  A spin is a
+ * run of polls (any thread's), each within UROCE_POLL_SPIN_US of the one
+ * before, that has lasted SPIN_MIN_NS; only a spin keeps the engine off
+ * the sockets (engine.c, issue #14).  One poll now and then, however
+ * recent, says nothing of the next; nor does a short run: a program that
+ * polls on a period drains its completions in a few polls, or makes one of
+ * catch-up after it was descheduled.  Polls that find completions count:
+ * an application that mostly finds some (ib_write_bw's requester) spins
+ * all the same.  Plain loads and stores, no locked instruction in the poll
+ * loop: threads racing on the stamps only move a run's start a little. */
+static uint64_t poll_stamp(struct uroce_dev *dev)
+{
+	uint64_t now = now_ns();
+	uint64_t prev = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_relaxed);
+	if (now - prev >= (uint64_t)dev->cfg.poll_spin_us * 1000)
+		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_relaxed);
+	else if (now - atomic_load_explicit(&dev->eng.app_run_ns, memory_order_relaxed) >= SPIN_MIN_NS)
+		atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_relaxed);
+	return now;
+}
+
 /* Hand-off (docs/architecture.md): an application spinning on ibv_poll_cq
  * runs the receive path itself, and the engine stays off the sockets while
  * it does, so the two never fight over the cores. */
@@ -95,24 +117,7 @@ void exec_poll_progress(struct uroce_dev *dev)
 {
 	if (!dev->cfg.poll_progress)
 		return;
-	/* a spin is a run of empty polls close together (any thread's): one
-	 * poll now and then, however recent, says nothing of the next, and
-	 * the engine must not wait for it (issue #14); nor do two, as when a
-	 * program that polls on a period catches up after it was descheduled */
-	uint64_t now = now_ns();
-	uint64_t prev = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
-	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_relaxed);
-	/* plain loads and stores, no locked instruction in the poll loop: two
-	 * threads racing on the count only make a run a poll longer or shorter */
-	uint32_t run = atomic_load_explicit(&dev->eng.app_poll_run, memory_order_relaxed);
-	if (now - prev >= (uint64_t)dev->cfg.poll_spin_us * 1000) {
-		if (run)
-			atomic_store_explicit(&dev->eng.app_poll_run, 0, memory_order_relaxed);
-	} else if (run + 1 < SPIN_POLLS) {
-		atomic_store_explicit(&dev->eng.app_poll_run, run + 1, memory_order_relaxed);
-	} else {
-		atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_relaxed);
-	}
+	poll_stamp(dev);
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
 	exec_progress_locked(dev, UROCE_RX_BATCH);
@@ -128,12 +133,18 @@ void exec_poll_progress(struct uroce_dev *dev)
  * streams do not kick it per completion. */
 void exec_poll_found(struct uroce_dev *dev)
 {
+	if (!dev->cfg.poll_progress)
+		return;
+	uint64_t now = poll_stamp(dev);
 	if (atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) <= 0 || dev->cfg.handoff_defer)
 		return;
-	uint64_t now = now_ns(), last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
+	uint64_t last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
 	if (now - last < HANDBACK_MIN_NS || !atomic_compare_exchange_strong(&dev->eng.handback_ns, &last, now))
 		return;
+	/* the spin is over as far as the engine knows: a new one must last
+	 * SPIN_MIN_NS again */
 	atomic_store_explicit(&dev->eng.app_spin_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_relaxed);
 	wake_engine_by(dev, now);
 }
 

@@ -29,7 +29,7 @@ struct uroce_config {
 				  * timer; 0 = only the IBA ACK timer */
 	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: the longest the engine stays off the
 				  * sockets while an application spins on its CQ */
-	unsigned poll_spin_us;   /* UROCE_POLL_SPIN_US: a run of empty polls this close: a spin */
+	unsigned poll_spin_us;   /* UROCE_POLL_SPIN_US: polls this close, for 50 us: a spin */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */

@@ -69,9 +69,10 @@
 	  "grace: the engine stays off the sockets while an application spins on its CQ and this long " \
 	  "after (it looks once per grace); defer: an application that polled this recently is given " \
 	  "the packets first") \
-	X(UROCE_POLL_SPIN_US, poll_spin_us, uint, 0, UINT_MAX, 20, "20", \
-	  "empty polls of the CQs this close together, eight in a row, mean an application spins on " \
-	  "them and receives itself; polls further apart leave receiving to the engine") \
+	X(UROCE_POLL_SPIN_US, poll_spin_us, uint, 0, UINT_MAX, 200, "200", \
+	  "polls of the CQs this close together, for 50 us or more, mean an application spins on " \
+	  "them and receives itself; polls further apart or in shorter runs leave receiving to the " \
+	  "engine") \
 	X(UROCE_ACK_DEFER_US, ack_defer_us, uint, 0, UINT_MAX, 20, "20", \
 	  "how long an owed ACK may wait for a request of its QP to leave with (the answer of a " \
 	  "request-response exchange); `0`: ACK at the end of each receive batch") \

@@ -75,7 +75,7 @@ int main(void)
 	UROCE_CONFIG_TABLE(X)
 #undef X
 	CHECK(cfg.window == 128 && cfg.spin_us == 50 && cfg.rto_min_us == 10000 && cfg.ack_defer_us == 20 &&
-	      cfg.poll_grace_us == 3000 && cfg.poll_spin_us == 20 && cfg.fault_seed == 1 && cfg.log_level == 0, "numeric defaults");
+	      cfg.poll_grace_us == 3000 && cfg.poll_spin_us == 200 && cfg.fault_seed == 1 && cfg.log_level == 0, "numeric defaults");
 	CHECK(cfg.shm && cfg.engine_rt && cfg.poll_progress && !cfg.no_gso && !cfg.stats_at_exit &&
 	      !cfg.handoff_defer, "flag defaults");
 
