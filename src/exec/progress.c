@@ -46,6 +46,10 @@ static int receive_locked(struct uroce_dev *dev, int budget)
 	while (done < budget) {
 		int n = net_recv(dev->net, pkts, UROCE_RX_BATCH);
 		if (n > 0) {
+			/* who receives (issue #14's test: a target that polls now
+			 * and then leaves receiving to the engine) */
+			if (on_engine_thread())
+				dev_count(dev, UC_rx_by_engine, (uint64_t)n);
 			transport_rx_batch(dev, pkts, n);
 			net_recv_done(dev->net, pkts, n);
 			done += n;

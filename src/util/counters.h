@@ -10,6 +10,7 @@
 	X(tx_bytes, "UDP payload bytes sent") \
 	X(rx_packets, "packets received") \
 	X(rx_bytes, "UDP payload bytes received") \
+	X(rx_by_engine, "packets received by the engine thread (the rest by applications' polls)") \
 	X(tx_errors, "send syscalls that failed") \
 	X(tx_full, "packets not sent: the shared socket's send buffer was full (lost; RC resends them)") \
 	X(tx_too_big, "sends the route refused as larger than its MTU (EMSGSIZE)") \

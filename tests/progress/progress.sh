@@ -6,7 +6,8 @@
 # within its timeout.  Not a timing test: only "served at all, and right".
 #
 #   progress.sh LAUNCHER ONESIDED_LAT [--path rings|udp] [--target BEHAVIOUR]...
-#               [--op read|write|fadd]... [--iters N] [--expect-timeout] [-- CLIENT ARGS...]
+#               [--op read|write|fadd]... [--iters N] [--expect-timeout]
+#               [--engine-share PCT] [-- CLIENT ARGS...]
 #
 # One run per (target, op), each a target and a client under `LAUNCHER run --`
 # on loopback (127.0.0.1, no namespace, no root).  --path udp sets
@@ -15,6 +16,12 @@
 # ops read, write, fadd; 10,000 operations each, back to back.
 # --expect-timeout turns the test around (the instrument's own check): every
 # run must end in the client's timeout (exit 3).
+# --engine-share PCT: the target's engine thread, not its application's
+# polls, must have received at least PCT % of the target's packets (the
+# counters rx_by_engine and rx_packets, printed at its exit by UROCE_STATS=1):
+# a target that polls now and then must not keep the engine off the receive
+# path (docs/architecture.md "Execution model"), which a pass alone does not
+# show, since its own polls would serve the operations too, only later.
 set -u
 
 usage() {
@@ -25,7 +32,7 @@ usage() {
 [ $# -ge 2 ] || usage
 launcher=$1 bin=$2
 shift 2
-path=rings iters=10000 expect_timeout=0
+path=rings iters=10000 expect_timeout=0 engine_share=""
 targets=() ops=() extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -34,6 +41,7 @@ while [ $# -gt 0 ]; do
 	--op) ops+=("$2"); shift 2 ;;
 	--iters) iters=$2; shift 2 ;;
 	--expect-timeout) expect_timeout=1; shift ;;
+	--engine-share) engine_share=$2; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
 	*) usage ;;
 	esac
@@ -70,7 +78,7 @@ trap 'echo "progress: interrupted" >&2; exit 1' INT TERM
 run_one() {
 	local target=$1 op=$2 t0=$SECONDS port crc src=0
 	rm -f "$tmp/port"
-	setsid "$launcher" run -- "$bin" --port=0 --port-file="$tmp/port" --target="$target" \
+	setsid env UROCE_STATS=1 "$launcher" run -- "$bin" --port=0 --port-file="$tmp/port" --target="$target" \
 		>"$tmp/target.log" 2>&1 </dev/null &
 	server=$!
 	while [ ! -s "$tmp/port" ]; do
@@ -112,6 +120,17 @@ run_one() {
 		wait "$server"
 		src=$?
 		server=""
+	fi
+	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share" ]; then
+		local rx eng
+		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
+		eng=$(awk '$2 == "rx_by_engine" { print $3 }' "$tmp/target.log")
+		eng=${eng:-0}  # a counter at 0 is not printed
+		if [ -z "$rx" ] || [ $((eng * 100)) -lt $((engine_share * rx)) ]; then
+			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets, less than $engine_share %"
+			return 1
+		fi
+		echo "progress: the engine received $eng of $rx packets"
 	fi
 	if [ $crc = 0 ] && [ "$src" = 0 ]; then
 		echo "progress: ok $op target=$target path=$path ($((SECONDS - t0)) s): $(grep -h '^onesided ' "$tmp/client.log")"
