@@ -3,9 +3,12 @@
  * consumer's sleep; a ring claimed anew does not replay what an earlier
  * producer left; a consumer survives a producer that writes nonsense; a
  * region whose owner died is not used; a region is found by its socket,
- * also when its name is squatted; a peer cannot truncate a region (it is
- * sealed), so a thread that blocks SIGBUS survives the attempt; a forked
- * child neither produces into nor gives back its parent's rings. */
+ * also over a stale or silent socket file; hostile answers are refused and
+ * leave no fd; a failed ask is cached; a connection that cannot be
+ * accepted does not spin the engine; a peer cannot truncate a region (it
+ * is sealed), so a thread that blocks SIGBUS survives the attempt; a
+ * forked child neither produces into nor gives back its parent's rings,
+ * and holds nothing of them when its parent dies. */
 #include "net/net.h"
 #include "net/shm.h"
 #include <assert.h>
@@ -757,13 +760,20 @@ static bool child_claims_forks_and_waits(const uint8_t *gid)
 	if (!tx)
 		return false;
 	send_one(tx, 9, 30);
+	int p[2];
+	char c = 0;
+	if (pipe(p) < 0)
+		return false;
 	pid_t grandchild = fork();
 	if (grandchild == 0) {
+		/* the fork handler has run: say so, then live on */
+		if (write(p[1], "g", 1) != 1)
+			_exit(1);
 		for (;;)
 			pause();
 	}
 	*grandchild_pid = grandchild;
-	return grandchild > 0;
+	return grandchild > 0 && read(p[0], &c, 1) == 1;
 }
 
 static void test_fork_parent_dies(void)
