@@ -101,20 +101,20 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
 	atomic_store(&dev->eng.sleeping, false);
 	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
-	bool serve = false;
+	int serve = 0;
 	for (int i = 0; i < n; i++)
 		if (evs[i].data.u32 == 0) {
 			uint64_t v;
 			if (read(dev->eng.kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				LOG_DBG("uroce: kick read failed");
 		} else if (evs[i].data.u32 == NET_EV_SERVE) {
-			serve = true;
+			serve++;  /* one per listener that is readable */
 		}
 	/* a same-host producer asks for a region (net/shm.c, "Rendezvous"):
 	 * answered at once, whatever this sleep was for; not a packet */
 	if (serve) {
 		net_serve(dev->net);
-		n--;
+		n -= serve;
 	}
 	return n;
 }

@@ -127,6 +127,12 @@ struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], 
 	return f;
 }
 
+void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16])
+{
+	if (net->ring.ops && net->ring.ops->flow_prepare)
+		net->ring.ops->flow_prepare(&net->ring, peer);
+}
+
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
 {
 	if (!flow)

@@ -81,6 +81,9 @@ struct uroce_net_ops {
 	struct uroce_backend_flow *(*flow_open)(struct uroce_backend *be, const uint8_t sgid[16],
 						uint16_t sport, const uint8_t *peer);
 	void (*flow_close)(struct uroce_backend_flow *flow);
+	/* Optional: what flow_open to peer will need, found out now, without
+	 * the caller's locks (the rings: the peer's region, shm_tx_prepare). */
+	void (*flow_prepare)(struct uroce_backend *be, const uint8_t peer[16]);
 	/* Optional: the UDP source port the flow's packets carry, which the
 	 * ICRC covers (UDP: its pool socket's port, not always the one asked
 	 * for); NULL: the one asked for. */
@@ -169,6 +172,8 @@ int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16]);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
 				 const uint8_t *peer);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
+/* Before net_flow_open to peer, with no lock held (flow_prepare). */
+void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16]);
 /* The UDP source port the flow's packets carry, which may differ from the
  * one asked for (a shared socket's, udp.c): the QP computes its ICRC with
  * it, and net_send sends from it. */

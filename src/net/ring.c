@@ -23,6 +23,8 @@ struct ring_priv {
 	struct shm_rx *rx[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
 	int n;
 	struct uroce_stats_page *stats;
+	int epfd[2], nep;                  /* where the listeners are watched (add_serve_fds) */
+	bool unwatched[UROCE_MAX_GIDS];    /* shm_rx_serve failed: watched again at the next serve */
 };
 
 /* A ring in the peer's region, claimed for one flow's life. */
@@ -46,6 +48,8 @@ static int ring_open(struct uroce_backend *be)
 		p->rx[i] = shm_rx_open(cfg->gids[i]);
 	p->n = cfg->ngids;
 	p->stats = be->net->stats;
+	if (cfg->ngids && shm_dir_refused())
+		UROCE_COUNT(p->stats, UC_shm_dir_refused, 1);
 	be->priv = p;
 	return 0;
 }
@@ -86,6 +90,12 @@ static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const
 	return f;
 }
 
+static void ring_flow_prepare(struct uroce_backend *be, const uint8_t peer[16])
+{
+	(void)be;
+	shm_tx_prepare(peer);
+}
+
 static void ring_flow_close(struct uroce_backend_flow *f)
 {
 	if (!f)
@@ -108,7 +118,7 @@ static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8
 	(void)dgid;  /* the ring's peer (net.c sends nothing else here) */
 	int sent = shm_tx_send(f->tx, f->sgid, f->sport, tos, msgs, n, &doorbell);
 	if (sent < 0) {
-		UROCE_COUNT(f->stats, UC_shm_truncated, 1);
+		UROCE_COUNT(f->stats, UC_shm_fork_refused, 1);
 		return sent;  /* -EPIPE (a forked child's flow): net.c closes the flow's ring and sends by UDP */
 	}
 	UROCE_COUNT(f->stats, UC_shm_packets_tx, (uint64_t)sent);
@@ -162,15 +172,37 @@ static int ring_add_serve_fds(struct uroce_backend *be, int epfd)
 		if (fd >= 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 			return -errno;
 	}
+	if (p->nep < 2)
+		p->epfd[p->nep++] = epfd;
 	return 0;
 }
 
+static void ring_watch(struct ring_priv *p, int i, bool on)
+{
+	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.u32 = NET_EV_SERVE };
+	int fd = shm_rx_listen_fd(p->rx[i]);
+
+	for (int k = 0; fd >= 0 && k < p->nep; k++)
+		(void)epoll_ctl(p->epfd[k], EPOLL_CTL_MOD, fd, &ev);
+	p->unwatched[i] = !on;
+}
+
+/* A listener whose connection could not be accepted (no memory) would
+ * stay readable and wake the engine again at once, for ever
+ * (level-triggered): it is not watched until the next serve pass (a
+ * producer meanwhile waits in vain and goes by UDP). */
 static void ring_serve(struct uroce_backend *be)
 {
 	struct ring_priv *p = be->priv;
 
-	for (int i = 0; i < p->n; i++)
-		shm_rx_serve(p->rx[i]);
+	for (int i = 0; i < p->n; i++) {
+		if (p->unwatched[i])
+			ring_watch(p, i, true);
+		if (shm_rx_serve(p->rx[i]) < 0) {
+			ring_watch(p, i, false);
+			UROCE_COUNT(p->stats, UC_shm_serve_stalled, 1);
+		}
+	}
 }
 
 /* Received packets are copied out into the region's buffers, reused by the
@@ -181,6 +213,7 @@ const struct uroce_net_ops uroce_ring_ops = {
 	.open = ring_open,
 	.close = ring_close,
 	.flow_open = ring_flow_open,
+	.flow_prepare = ring_flow_prepare,
 	.flow_close = ring_flow_close,
 	.send = ring_send,
 	.flow_part_bytes = ring_flow_part_bytes,

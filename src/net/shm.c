@@ -22,9 +22,9 @@
  * Sealing").  Its mappings therefore cannot fault from a truncation, and
  * need no SIGBUS guard (a hole a peer punches with fallocate is refilled
  * with zeros at the next touch, which the consumer takes as no record).
- * Producers get it by file descriptor: the owner listens on an abstract
- * AF_UNIX socket ("Rendezvous" below) and hands the fd to each connecting
- * process of its own user (SCM_RIGHTS).
+ * Producers get it by file descriptor: the owner listens on a unix
+ * socket in a directory only our user can enter ("Rendezvous" below) and
+ * hands the fd to each connecting process of its own user (SCM_RIGHTS).
  *
  * Lifetime: the owner holds an exclusive flock on the region for its life,
  * so a free lock means a dead owner; a producer holds an OFD lock on a
@@ -37,6 +37,8 @@
  * out refuses the claim and the flow uses UDP. */
 #include "shm.h"
 #include "net.h"
+#include "../util/fds.h"
+#include "../util/log.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -53,6 +55,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHM_MAGIC 0x78722d65636f7275ull /* "uroce-rx" */
@@ -100,6 +103,7 @@ struct shm_rx {
 	struct shm_region *r;
 	int fd;                          /* the memfd; holds the owner's flock */
 	int lfd;                         /* the listening socket producers connect to */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* its file, unlinked at close */
 	pid_t pid;                       /* the process that opened it (a forked child does
 					  * not consume: shm_rx_poll) */
 	struct shm_rx *next;             /* own_rx (own_lock) */
@@ -126,6 +130,8 @@ struct shm_peer {
 	struct shm_region *r;            /* header only */
 	int fd;                          /* our own open of the region: holds our ring locks */
 	pid_t pid;
+	uint32_t tag;                    /* the owner word of our rings: random, never 0 */
+	uint64_t until;                  /* unheld (asked for by shm_tx_prepare): dropped after */
 	struct shm_tx *held[SHM_RINGS];  /* this process's rings, NULL: not held */
 	unsigned nheld;
 };
@@ -166,24 +172,89 @@ static struct shm_peer *peers;       /* peers_lock */
 static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_rx *own_rx;
 
-/* fork (without exec).  The child has copies of every entry, fd and
- * mapping, but it is another process: its ring locks would be the
- * parent's (one open file description), and a second producer in a ring
- * corrupts it.  So everything records the pid it belongs to and compares
- * it with shm_pid, which the child handler sets: a load on the fast path,
- * not a getpid() system call (glibc no longer caches the pid).  The child
- * handler also starts the child's list of peers empty (it opens regions
- * afresh when its own flows attach) and re-initialises the locks, which
- * another thread of the parent may have held at the fork. */
+/* Rendezvous asks, cached per address (shm_tx_prepare): one in flight per
+ * address at a time (the others wait for its answer), and a failed one
+ * is not repeated for SHM_ASK_FAIL_NS, so that an owner that does not
+ * answer (a stopped process) costs one wait, not one per QP (issue #13).
+ * Successes are the entries of `peers`.  peers_lock. */
+#define SHM_ASKS 64
+#define SHM_ASK_FAIL_NS 1000000000ull
+struct shm_ask {
+	uint8_t gid[16];
+	bool used, pending;
+	uint64_t until;                  /* failed: not asked again before */
+};
+static struct shm_ask asks[SHM_ASKS];
+static pthread_cond_t asks_cond = PTHREAD_COND_INITIALIZER;
+static _Atomic unsigned long asks_made;  /* shm_tx_test_asks */
+
+/* Region fds (consumers' memfds and listening sockets, producers' opens)
+ * for a forked child to close: its copies would keep the parent's flock
+ * and ring locks (they belong to the open file description) held after
+ * the parent died, and with them rings and regions nobody uses (issue
+ * #13).  A fixed table, lock-free, as the child handler takes no lock.
+ * Slots hold fd + 1; a full table leaves the fd to the child (then it
+ * holds what it held before this fix). */
+#define SHM_FDTAB 1024
+static _Atomic int fdtab[SHM_FDTAB];
+
+static void fd_track(int fd)
+{
+	for (unsigned i = 0; fd >= 0 && i < SHM_FDTAB; i++) {
+		int z = 0;
+		if (atomic_compare_exchange_strong(&fdtab[i], &z, fd + 1))
+			return;
+	}
+}
+
+/* Before fd is closed. */
+static void fd_untrack(int fd)
+{
+	for (unsigned i = 0; fd >= 0 && i < SHM_FDTAB; i++) {
+		int v = fd + 1;
+		if (atomic_compare_exchange_strong(&fdtab[i], &v, 0))
+			return;
+	}
+}
+
+static void fd_close_tracked(int fd)
+{
+	if (fd >= 0) {
+		fd_untrack(fd);
+		close(fd);
+	}
+}
+
+/* fork (without exec).  The child has copies of every entry, but it is
+ * another process: its ring locks would be the parent's (one open file
+ * description), and a second producer in a ring corrupts it.  So the
+ * child handler closes every region fd (fdtab), and the region mappings
+ * are not inherited at all (MADV_DONTFORK, map_region): the child holds
+ * nothing of the parent's regions, and a parent that dies releases its
+ * rings and its own region as if it had no child.  Everything records the
+ * pid it belongs to and compares it with shm_pid, which the child handler
+ * sets, before it touches an fd or mapping (a load on the fast path, not
+ * a getpid() system call: glibc no longer caches the pid).  The handler
+ * also starts the child's lists empty (it opens regions afresh when its
+ * own flows attach) and re-initialises the locks, which another thread of
+ * the parent may have held at the fork. */
 static _Atomic pid_t shm_pid;
 static pthread_once_t shm_fork_once = PTHREAD_ONCE_INIT;
 
 static void shm_atfork_child(void)
 {
 	atomic_store(&shm_pid, getpid());
+	for (unsigned i = 0; i < SHM_FDTAB; i++) {
+		int v = atomic_exchange(&fdtab[i], 0);
+		if (v > 0)
+			close(v - 1);
+	}
 	pthread_mutex_init(&peers_lock, NULL);
 	pthread_mutex_init(&own_lock, NULL);
+	pthread_cond_init(&asks_cond, NULL);
+	memset(asks, 0, sizeof(asks));  /* a parent thread's ask never ends here */
 	peers = NULL;  /* the parent's entries stay as they are, ours to drop only */
+	own_rx = NULL;
 }
 
 static void shm_fork_install(void)
@@ -326,40 +397,88 @@ static void populate(void *p, size_t len, bool write)
 		(void)*(volatile uint8_t *)((uint8_t *)p + off);
 }
 
-/* Rendezvous.  The owner of a region listens on an abstract AF_UNIX
- * socket (unix(7)): abstract names belong to the network namespace, which
- * is the scope of a region (an address means a socket of this namespace;
- * a uroce process in another one is reached by UDP), they work across PID
- * namespaces, and they vanish with the socket.  The name is
- * "uroce-rx.<euid>.<gid in hex>".  Anyone may bind an abstract name, so
- * another user can squat it; then, or when it is still held by an earlier
- * process (a forked child of a process that had this address keeps its
- * copy of the socket), the owner binds "<that name>.<random>" instead:
- * binding the UDP address made the address ours, and a producer that finds
- * no region at the first name looks for such names in /proc/net/unix.
- * Every name is only a way to ask: both ends check the other's uid
- * (SO_PEERCRED), and a producer checks the fd it gets (region_check), so a
- * squatter costs at most a failed connect. */
-#define SHM_NAME_MAX 80
+/* Rendezvous.  The owner of a region listens on a unix socket file
+ * "rx.<netns inode>.<gid in hex>" (filesystem sockets are not per network
+ * namespace, unlike abstract names: the namespace's inode keeps a region
+ * the scope of its namespace) in a directory of our user's that no other
+ * user can enter (shm_dir): for root /run/uroce, else
+ * $XDG_RUNTIME_DIR/uroce when that is a directory of ours of mode 0700,
+ * else /dev/shm/uroce-<euid>.  Every one must be a directory (not a
+ * symlink) owned by us, of mode 0700, or there are no rings (UDP): a
+ * directory another user made first is theirs.  So another user cannot
+ * squat, flood or even wake the socket (the abstract names of before
+ * could all be: issue #13), and a producer needs no scan: the address
+ * names one file.  Binding the UDP address made the address ours, so its
+ * new owner replaces a socket file an earlier owner left (killed), and a
+ * dead owner's file refuses a connect at once (ECONNREFUSED).  Both ends
+ * still check the other's uid (SO_PEERCRED: root may connect anywhere),
+ * and a producer checks the fd it gets (region_reopen).  Under an unmapped
+ * user namespace uid every other unmapped uid reads as the overflow uid
+ * too, so no check of a uid would mean anything: no rings there. */
 #define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
-#define SHM_CANDIDATES_MAX 8    /* names of our own user's sockets waited for per attach */
+#define SHM_FDS_MAX 8           /* fds one answer may carry that we still close */
 
-static int region_name(const uint8_t gid[16], char *out, size_t n)
+static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static bool shm_dir_ok;
+static unsigned long shm_netns;
+static pthread_once_t shm_dir_once = PTHREAD_ONCE_INIT;
+
+static bool dir_private(const char *path)
 {
-	int k = snprintf(out, n, "uroce-rx.%u.", (unsigned)geteuid());
-	for (int i = 0; i < 16 && k + 2 < (int)n; i++)
-		k += snprintf(out + k, n - (size_t)k, "%02x", gid[i]);
-	return k;
+	struct stat st;
+	if (mkdir(path, 0700) == 0 && chmod(path, 0700) < 0)  /* the umask may have taken bits */
+		return false;
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0700;
 }
 
-static socklen_t abstract_addr(struct sockaddr_un *sa, const char *name)
+static void shm_dir_init(void)
 {
-	size_t len = strlen(name);
+	uid_t me = geteuid();
+	unsigned long overflow = 65534;
+	FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+	struct stat st;
 
+	if (f) {
+		if (fscanf(f, "%lu", &overflow) != 1)
+			overflow = 65534;
+		fclose(f);
+	}
+	if (stat("/proc/self/ns/net", &st) == 0)
+		shm_netns = (unsigned long)st.st_ino;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+	if (me == 0)
+		n = snprintf(shm_dir, sizeof(shm_dir), "/run/uroce");
+	else if (xdg && *xdg == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == me &&
+		 (st.st_mode & 07777) == 0700)
+		n = snprintf(shm_dir, sizeof(shm_dir), "%s/uroce", xdg);
+	else
+		n = snprintf(shm_dir, sizeof(shm_dir), "/dev/shm/uroce-%u", (unsigned)me);
+	/* room for "/rx.<inode>.<32 hex digits>" */
+	shm_dir_ok = (unsigned long)me != overflow && n > 0 && (size_t)n + 48 < sizeof(shm_dir) && dir_private(shm_dir);
+	if (!shm_dir_ok)
+		LOG_INFO("uroce: no same-host rings: %s is not a private directory of uid %u (or the uid is the overflow uid): UDP",
+			 shm_dir, (unsigned)me);
+}
+
+bool shm_dir_refused(void)
+{
+	pthread_once(&shm_dir_once, shm_dir_init);
+	return !shm_dir_ok;
+}
+
+/* The socket file of gid's region; false when there are no rings. */
+static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t *len)
+{
+	if (shm_dir_refused())
+		return false;
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	memcpy(sa->sun_path + 1, name, len);  /* sun_path[0] = 0: abstract */
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/rx.%lu.", shm_dir, shm_netns);
+	for (int i = 0; i < 16 && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
+		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", gid[i]);
+	*len = (socklen_t)sizeof(*sa);
+	return k > 0 && k + 1 < (int)sizeof(sa->sun_path);
 }
 
 static bool peer_is_us(int s)
@@ -369,74 +488,109 @@ static bool peer_is_us(int s)
 	return getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 && cr.uid == geteuid();
 }
 
-/* One byte that carries one fd (SCM_RIGHTS), to send or receive.  The
- * control buffer is aligned for a cmsghdr (which has a flexible array
- * member, so it cannot be a member here itself) and holds
- * CMSG_SPACE(sizeof(int)). */
+/* One byte with up to SHM_FDS_MAX fds (SCM_RIGHTS), to send one or to
+ * receive what a peer sent (more than one fd is refused, but every one
+ * is received, so that it can be closed).  The control buffer is aligned
+ * for a cmsghdr (which has a flexible array member, so it cannot be a
+ * member here itself). */
 struct fd_msg {
 	char data;
 	struct iovec iov;
 	struct {
-		alignas(size_t) char b[CMSG_SPACE(sizeof(int))];
+		alignas(size_t) char b[CMSG_SPACE(sizeof(int) * SHM_FDS_MAX)];
 	} u;
 	struct msghdr mh;
 };
 
-static void fd_msg_init(struct fd_msg *m)
+static void fd_msg_init(struct fd_msg *m, size_t controllen)
 {
 	memset(m, 0, sizeof(*m));
 	m->data = 'r';
 	m->iov = (struct iovec){ &m->data, 1 };
 	m->mh = (struct msghdr){ .msg_iov = &m->iov, .msg_iovlen = 1, .msg_control = m->u.b,
-				 .msg_controllen = CMSG_SPACE(sizeof(int)) };
+				 .msg_controllen = controllen };
 }
 
-/* The listening socket of a new region: the address's name, or else one
- * with a random tail. */
-static int region_listen(const uint8_t gid[16])
+/* The listening socket of a new region, its file's path in path. */
+static int region_listen(const uint8_t gid[16], char *path)
 {
-	char name[SHM_NAME_MAX];
 	struct sockaddr_un sa;
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	socklen_t l;
 
+	if (!region_addr(gid, &sa, &l))
+		return -1;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
-	int k = region_name(gid, name, sizeof(name));
-	for (int tries = 0; tries < 4; tries++) {
-		if (tries) {
-			uint64_t r = 0;
-			if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-				break;
-			snprintf(name + k, sizeof(name) - (size_t)k, ".%016llx", (unsigned long long)r);
-		}
-		socklen_t l = abstract_addr(&sa, name);
-		if (bind(s, (struct sockaddr *)&sa, l) == 0 && listen(s, 64) == 0)
-			return s;
-		if (errno != EADDRINUSE)
-			break;
+	/* an earlier owner's file (it was killed): the address is ours now */
+	unlink(sa.sun_path);
+	if (bind(s, (struct sockaddr *)&sa, l) < 0 || listen(s, 64) < 0) {
+		close(s);
+		return -1;
 	}
-	close(s);
-	return -1;
+	memcpy(path, sa.sun_path, sizeof(sa.sun_path));
+	return s;
 }
+
+/* A spare fd, closed to accept a connection when the fd table is full and
+ * closed at once (shm_rx_serve): the producer then goes by UDP instead of
+ * its connection staying queued, readable, for the engine to wake for
+ * again and again. */
+static _Atomic int reserve_fd = -1;
+
+static void reserve_open(void)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int none = -1;
+	if (fd >= 0 && !atomic_compare_exchange_strong(&reserve_fd, &none, fd))
+		close(fd);
+}
+
+/* A shared mapping of a region, never inherited by a forked child
+ * (MADV_DONTFORK): a child's copy would keep the region's open file
+ * description, and with it the locks on it, alive (fork above). */
+static void *map_region(int fd, size_t len, off_t off)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	if (p != MAP_FAILED && madvise(p, len, MADV_DONTFORK) < 0) {
+		munmap(p, len);
+		p = MAP_FAILED;
+	}
+	return p;
+}
+
+static void asks_forget(const uint8_t gid[16]);
 
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
 	void *m = MAP_FAILED;
+	struct stat st;
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 	if (!rx)
 		return NULL;
 	rx->pid = shm_self();
-	rx->lfd = -1;
+	rx->fd = rx->lfd = -1;
+	if (shm_dir_refused())
+		goto fail;
+	if (atomic_load(&reserve_fd) < 0)
+		reserve_open();
 	/* locked and sealed before anyone else can hold it */
 	rx->fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (rx->fd < 0)
 		goto fail;
+	fd_track(rx->fd);
 	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
-	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 ||
-	    fcntl(rx->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0)
 		goto fail;
-	m = mmap(NULL, SHM_REGION_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rx->fd, 0);
+	/* Until it was sealed, a process of our user could open it through
+	 * /proc/PID/fd and seal it further (F_SEAL_WRITE: our stores would
+	 * fault; F_SEAL_SEAL first: our seals fail) or resize it (issue #13):
+	 * exactly our seals and our size, or it is not used. */
+	if (fcntl(rx->fd, F_GET_SEALS) != seals || fstat(rx->fd, &st) < 0 || st.st_size != (off_t)SHM_REGION_BYTES)
+		goto fail;
+	m = map_region(rx->fd, SHM_REGION_BYTES, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
 	if (m == MAP_FAILED || !rx->bufs)
 		goto fail;
@@ -448,18 +602,19 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	memcpy(rx->r->gid, gid, 16);
 	memcpy(rx->gid, gid, 16);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-	if ((rx->lfd = region_listen(gid)) < 0)
+	if ((rx->lfd = region_listen(gid, rx->path)) < 0)
 		goto fail;
+	fd_track(rx->lfd);
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
 	own_rx = rx;
 	pthread_mutex_unlock(&own_lock);
+	asks_forget(gid);  /* our own flows to it asked in vain before */
 	return rx;
 fail:
 	if (m != MAP_FAILED)
 		munmap(m, SHM_REGION_BYTES);
-	if (rx->fd >= 0)
-		close(rx->fd);
+	fd_close_tracked(rx->fd);
 	free(rx->bufs);
 	free(rx);
 	return NULL;
@@ -473,19 +628,43 @@ int shm_rx_listen_fd(const struct shm_rx *rx)
 /* Answer the producers waiting on the socket: the region's fd to each of
  * our own user, nothing to anyone else.  Never blocks: the socket and
  * every accepted one are non-blocking, and one small message fits in a
- * fresh socket's buffer.  A bounded number per call, so a flood of
- * connects cannot hold the engine. */
-void shm_rx_serve(struct shm_rx *rx)
+ * fresh socket's buffer.  A bounded number per call.  A connection that
+ * cannot be accepted for want of an fd is accepted on the spare one and
+ * closed (the producer goes by UDP): left queued it would keep the
+ * level-triggered listener readable and the engine awake for it (issue
+ * #13).  -1 when one cannot be accepted at all (ENOMEM): the caller stops
+ * watching the socket until its next serve pass (ring.c). */
+int shm_rx_serve(struct shm_rx *rx)
 {
 	if (!rx || rx->pid != shm_self())
-		return;
+		return 0;
 	for (int k = 0; k < 64; k++) {
 		int c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (c < 0)
-			return;
+		if (fds_retry(c))
+			c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (c < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			int spare = atomic_exchange(&reserve_fd, -1);
+			if ((errno != EMFILE && errno != ENFILE) || spare < 0) {
+				if (spare >= 0)
+					atomic_store(&reserve_fd, spare);
+				return -1;
+			}
+			close(spare);
+			c = accept4(rx->lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0)
+				close(c);
+			reserve_open();
+			if (c < 0)
+				return -1;
+			continue;
+		}
 		if (peer_is_us(c)) {
 			struct fd_msg m;
-			fd_msg_init(&m);
+			fd_msg_init(&m, CMSG_SPACE(sizeof(int)));
 			struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
 			cm->cmsg_level = SOL_SOCKET;
 			cm->cmsg_type = SCM_RIGHTS;
@@ -497,6 +676,7 @@ void shm_rx_serve(struct shm_rx *rx)
 		}
 		close(c);
 	}
+	return 0;
 }
 
 void shm_rx_test_position(struct shm_rx *rx, uint32_t pos)
@@ -523,8 +703,8 @@ void shm_rx_test_reset(struct shm_rx *rx)
 	rx->polls = 0;
 }
 
-/* A forked child closes only its copies: the magic, the listening socket
- * (its description is the parent's too) and the locks stay the parent's. */
+/* A forked child has neither the fds (closed by the fork handler) nor the
+ * mapping (MADV_DONTFORK): it frees only its copy of the entry. */
 void shm_rx_close(struct shm_rx *rx)
 {
 	if (!rx)
@@ -536,11 +716,14 @@ void shm_rx_close(struct shm_rx *rx)
 			break;
 		}
 	pthread_mutex_unlock(&own_lock);
-	if (rx->pid == shm_self())
+	if (rx->pid == shm_self()) {
 		__atomic_store_n(&rx->r->magic, 0, __ATOMIC_RELEASE);
-	close(rx->lfd);
-	munmap(rx->r, SHM_REGION_BYTES);
-	close(rx->fd);
+		/* the UDP address is still ours (ring.c closes before udp.c) */
+		unlink(rx->path);
+		fd_close_tracked(rx->lfd);
+		munmap(rx->r, SHM_REGION_BYTES);
+		fd_close_tracked(rx->fd);
+	}
 	free(rx->bufs);
 	free(rx);
 }
@@ -554,7 +737,9 @@ bool shm_rx_active(struct shm_rx *rx)
 
 bool shm_tx_peer_sleeping(const struct shm_tx *tx)
 {
-	return atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
+	/* a forked child's copy has no mapping (MADV_DONTFORK) */
+	return tx->peer->pid == atomic_load_explicit(&shm_pid, memory_order_relaxed) &&
+	       atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
 }
 
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
@@ -729,7 +914,7 @@ static uint8_t *ring_map(int fd, unsigned idx)
 
 	if (fallocate(fd, 0, off, (off_t)SHM_RING_BYTES) < 0)
 		return NULL;
-	void *ring = mmap(NULL, SHM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	void *ring = map_region(fd, SHM_RING_BYTES, off);
 	if (ring == MAP_FAILED)
 		return NULL;
 	populate(ring, SHM_RING_BYTES, true);
@@ -748,8 +933,8 @@ static bool owner_alive(int fd)
 
 /* fd, a region someone handed us, opened afresh (an open file description
  * of our own: the owner's flock and our ring locks must not be one) if it
- * is one: a memfd of our own user, sealed against any change of size
- * (F_GET_SEALS fails on anything but a memfd), of a region's size, whose
+ * is one: a memfd of our own user, sealed against any change of size and
+ * nothing else (F_GET_SEALS fails on anything but a memfd), of a region's size, whose
  * owner lives.  The caller's fd is closed in any case.  -1 otherwise. */
 static int region_reopen(int fd)
 {
@@ -758,7 +943,8 @@ static int region_reopen(int fd)
 	int seals = fcntl(fd, F_GET_SEALS);
 	int nfd = -1;
 
-	if (seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) &&
+	/* exactly the owner's seals: F_SEAL_WRITE would make our stores fault */
+	if (seals == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) &&
 	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		nfd = open(path, O_RDWR | O_CLOEXEC);
@@ -773,34 +959,51 @@ static int region_reopen(int fd)
 	return nfd;
 }
 
-/* Ask the owner listening at name for its region: the fd it sends, or -1
- * (no one there, another user's socket, a full backlog, no answer within
- * SHM_CONNECT_WAIT_MS: the flow then goes by UDP, as with no region).
- * *waited: it was a socket of our user, and we waited for it. */
-static int region_ask(const char *name, bool *waited)
+/* Ask the owner of gid's socket for its region: the fd it sends, or -1
+ * (no socket, a dead owner's, another user's, a full backlog, no answer
+ * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
+ * goes by UDP, as with no region).  Called without locks (shm_tx_prepare).
+ * Every fd an answer carries is received and all but the one accepted are
+ * closed, so no answer can leave fds with us. */
+static int region_ask(const uint8_t gid[16])
 {
 	struct sockaddr_un sa;
-	socklen_t l = abstract_addr(&sa, name);
-	/* non-blocking: a backlog someone filled refuses at once (EAGAIN) */
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	socklen_t l;
 	int fd = -1;
 
-	*waited = false;
+	if (!region_addr(gid, &sa, &l))
+		return -1;
+	/* non-blocking: a full backlog refuses at once (EAGAIN) */
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
+	atomic_fetch_add(&asks_made, 1);
 	if (connect(s, (struct sockaddr *)&sa, l) == 0 && peer_is_us(s)) {
 		struct pollfd pfd = { .fd = s, .events = POLLIN };
-		*waited = true;
 		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
 			struct fd_msg m;
-			fd_msg_init(&m);
-			/* MSG_CTRUNC: fds that did not fit are closed by the kernel */
-			if (recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) == 1 && !(m.mh.msg_flags & MSG_CTRUNC)) {
-				struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
-				if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-				    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-					memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+			fd_msg_init(&m, sizeof(m.u.b));
+			ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+			int nfds = 0, ncm = 0, got = -1;
+			/* with MSG_CTRUNC the fds that fit were installed: closed too */
+			for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&m.mh) : NULL; cm; cm = CMSG_NXTHDR(&m.mh, cm)) {
+				ncm++;
+				if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
+					continue;
+				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				for (size_t i = 0; i < k; i++, nfds++) {
+					int f;
+					memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+					if (got < 0 && nfds == 0)
+						got = f;
+					else
+						close(f);
+				}
 			}
+			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
+				fd = got;
+			else if (got >= 0)
+				close(got);
 		}
 	}
 	close(s);
@@ -811,7 +1014,7 @@ static int region_ask(const char *name, bool *waited)
  * this version speaks; NULL otherwise. */
 static struct shm_region *header_map(int fd, const uint8_t dgid[16])
 {
-	struct shm_region *r = mmap(NULL, SHM_HDR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct shm_region *r = map_region(fd, SHM_HDR_BYTES, 0);
 
 	if (r == MAP_FAILED)
 		return NULL;
@@ -823,104 +1026,48 @@ static struct shm_region *header_map(int fd, const uint8_t dgid[16])
 	return r;
 }
 
-/* A region of dgid from a name: opened afresh, checked, its header mapped. */
-static struct shm_region *region_from(const char *name, const uint8_t dgid[16], int *fdp, bool *waited)
+/* A region of dgid as fd (closed in any case): opened afresh, checked,
+ * its header mapped; a new peer entry, or NULL. */
+static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
 {
-	int fd = region_ask(name, waited);
 	if (fd < 0 || (fd = region_reopen(fd)) < 0)
 		return NULL;
+	fd_track(fd);
 	struct shm_region *r = header_map(fd, dgid);
-	if (!r) {
-		close(fd);
-		return NULL;
-	}
-	*fdp = fd;
-	return r;
-}
-
-/* No region at the address's name: the names with a random tail
- * (region_listen) that /proc/net/unix lists.  Another user's sockets there
- * (anyone can bind such names) cost a connect each, and SO_PEERCRED tells
- * them at once; only sockets of our own user are waited for, a few at
- * most (a process of ours that listens and does not answer: a forked
- * child's copy of an old owner's socket). */
-static struct shm_region *region_scan(const char *name, const uint8_t dgid[16], int *fdp)
-{
-	char line[512], want[SHM_NAME_MAX + 2];
-	FILE *f = fopen("/proc/net/unix", "re");
-	struct shm_region *r = NULL;
-	int tried = 0;
-
-	if (!f)
-		return NULL;
-	int wl = snprintf(want, sizeof(want), "@%s.", name);
-	while (!r && tried < SHM_CANDIDATES_MAX && fgets(line, sizeof(line), f)) {
-		bool waited;
-		/* "Num RefCount Protocol Flags Type St Inode Path": the path last */
-		char *p = strrchr(line, ' ');
-		if (!p || strncmp(p + 1, want, (size_t)wl))
-			continue;
-		p[strcspn(p, "\n")] = 0;
-		if (strlen(p + 2) >= SHM_NAME_MAX)
-			continue;
-		r = region_from(p + 2, dgid, fdp, &waited);
-		tried += waited;
-	}
-	fclose(f);
-	return r;
-}
-
-/* One of this process's own regions (a flow to its own address): opened
- * afresh, as another process would. */
-static struct shm_region *region_own(const uint8_t dgid[16], int *fdp)
-{
-	int fd = -1;
-
-	pthread_mutex_lock(&own_lock);
-	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
-		if (!memcmp(rx->gid, dgid, 16)) {
-			fd = dup(rx->fd);
-			break;
-		}
-	pthread_mutex_unlock(&own_lock);
-	if (fd < 0 || (fd = region_reopen(fd)) < 0)
-		return NULL;
-	struct shm_region *r = header_map(fd, dgid);
-	if (!r) {
-		close(fd);
-		return NULL;
-	}
-	*fdp = fd;
-	return r;
-}
-
-/* The region of dgid, asked for and checked, its header mapped: a new
- * peer entry, or NULL. */
-static struct shm_peer *peer_open(const uint8_t dgid[16])
-{
-	char name[SHM_NAME_MAX];
-	int fd = -1;
-
-	region_name(dgid, name, sizeof(name));
-	bool waited;
-	struct shm_region *r = region_own(dgid, &fd);
-	if (!r)
-		r = region_from(name, dgid, &fd, &waited);
-	if (!r)
-		r = region_scan(name, dgid, &fd);
-	if (!r)
-		return NULL;
-	struct shm_peer *pe = calloc(1, sizeof(*pe));
+	struct shm_peer *pe = r ? calloc(1, sizeof(*pe)) : NULL;
+	uint32_t tag = 0;
+	while (pe && !tag && getrandom(&tag, sizeof(tag), GRND_NONBLOCK) != sizeof(tag))
+		tag = ((uint32_t)getpid() * 2654435761u) ^ (uint32_t)(uintptr_t)pe;
 	if (!pe) {
-		munmap(r, SHM_HDR_BYTES);
-		close(fd);
+		if (r)
+			munmap(r, SHM_HDR_BYTES);
+		fd_close_tracked(fd);
 		return NULL;
 	}
 	memcpy(pe->gid, dgid, 16);
 	pe->r = r;
 	pe->fd = fd;
 	pe->pid = shm_self();
+	/* the owner word of our rings: a pid would be reused, or be another
+	 * pid namespace's (reap_dead_producers' CAS would hit our claim) */
+	pe->tag = tag ? tag : 1;
 	return pe;
+}
+
+/* One of this process's own regions (a flow to its own address): opened
+ * afresh, as another process would.  Never waits. */
+static struct shm_peer *region_own(const uint8_t dgid[16])
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&own_lock);
+	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
+		if (!memcmp(rx->gid, dgid, 16)) {
+			fd = fcntl(rx->fd, F_DUPFD_CLOEXEC, 0);
+			break;
+		}
+	pthread_mutex_unlock(&own_lock);
+	return peer_new(fd, dgid);
 }
 
 /* Is the entry still a live region?  Its owner may have died (its lock
@@ -940,11 +1087,130 @@ static void peer_unlink(struct shm_peer *pe)
 	pe->next = NULL;
 }
 
+/* A forked child's copy (fork above) has neither the mapping nor the fd. */
 static void peer_free(struct shm_peer *pe)
 {
-	munmap(pe->r, SHM_HDR_BYTES);
-	close(pe->fd);
+	if (pe->pid == shm_self()) {
+		munmap(pe->r, SHM_HDR_BYTES);
+		fd_close_tracked(pe->fd);
+	}
 	free(pe);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct shm_ask *ask_find(const uint8_t gid[16])
+{
+	for (unsigned i = 0; i < SHM_ASKS; i++)
+		if (asks[i].used && !memcmp(asks[i].gid, gid, 16))
+			return &asks[i];
+	return NULL;
+}
+
+/* A slot for a new ask: a free one, else the failure that expires first;
+ * NULL when every one is in flight (the ask is then not coalesced). */
+static struct shm_ask *ask_slot(void)
+{
+	struct shm_ask *best = NULL;
+	for (unsigned i = 0; i < SHM_ASKS; i++) {
+		if (!asks[i].used)
+			return &asks[i];
+		if (!asks[i].pending && (!best || asks[i].until < best->until))
+			best = &asks[i];
+	}
+	return best;
+}
+
+static void asks_forget(const uint8_t gid[16])
+{
+	pthread_mutex_lock(&peers_lock);
+	struct shm_ask *a = ask_find(gid);
+	if (a && !a->pending)
+		a->used = false;
+	pthread_mutex_unlock(&peers_lock);
+}
+
+/* With peers_lock held: the live entry of dgid, asked for if need be
+ * (the lock is dropped meanwhile), or NULL: no region, or it failed less
+ * than SHM_ASK_FAIL_NS ago.  Entries no flow holds expire as failures
+ * do; an entry whose owner died is dropped (freed with its last ring). */
+static struct shm_peer *peer_resolve(const uint8_t dgid[16])
+{
+	for (;;) {
+		uint64_t now = mono_ns();
+		struct shm_peer *pe, *next;
+		for (pe = peers; pe; pe = next) {
+			next = pe->next;
+			if (!pe->nheld && now > pe->until) {
+				peer_unlink(pe);
+				peer_free(pe);
+			}
+		}
+		for (pe = peers; pe && memcmp(pe->gid, dgid, 16); pe = pe->next)
+			;
+		if (pe && peer_current(pe))
+			return pe;
+		if (pe) {
+			peer_unlink(pe);
+			if (!pe->nheld)
+				peer_free(pe);
+		}
+		if (!(pe = region_own(dgid))) {
+			struct shm_ask *a = ask_find(dgid);
+			if (a && a->pending) {
+				pthread_cond_wait(&asks_cond, &peers_lock);  /* its answer */
+				continue;
+			}
+			if (a && now < a->until)
+				return NULL;
+			if (!a && (a = ask_slot())) {
+				a->used = true;
+				memcpy(a->gid, dgid, 16);
+			}
+			if (a)
+				a->pending = true;
+			pthread_mutex_unlock(&peers_lock);
+			pe = peer_new(region_ask(dgid), dgid);
+			pthread_mutex_lock(&peers_lock);
+			if (a && a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
+				a->pending = false;
+				a->until = mono_ns() + SHM_ASK_FAIL_NS;
+				a->used = !pe;
+				pthread_cond_broadcast(&asks_cond);
+			}
+			if (!pe)
+				return NULL;
+		}
+		pe->until = mono_ns() + SHM_ASK_FAIL_NS;
+		pe->next = peers;
+		peers = pe;
+		return pe;
+	}
+}
+
+void shm_tx_prepare(const uint8_t dgid[16])
+{
+	shm_self();  /* the fork handler is in place before any entry exists */
+	pthread_mutex_lock(&peers_lock);
+	peer_resolve(dgid);
+	pthread_mutex_unlock(&peers_lock);
+}
+
+bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
+{
+	struct sockaddr_un sa;
+	socklen_t l;
+	return region_addr(gid, &sa, &l) && snprintf(path, n, "%s", sa.sun_path) < (int)n;
+}
+
+unsigned long shm_tx_test_asks(void)
+{
+	return atomic_load(&asks_made);
 }
 
 /* Claim a ring of pe's region not held by this process: a free one (given
@@ -956,7 +1222,7 @@ static void peer_free(struct shm_peer *pe)
 static struct shm_tx *ring_claim(struct shm_peer *pe)
 {
 	struct shm_region *r = pe->r;
-	uint32_t me = (uint32_t)pe->pid;
+	uint32_t me = pe->tag;
 	unsigned idx;
 	uint8_t *ring = NULL;
 
@@ -1015,14 +1281,9 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	for (pe = peers; pe && memcmp(pe->gid, dgid, 16); pe = pe->next)
-		;
-	if (pe && !peer_current(pe)) {
-		peer_unlink(pe);  /* freed with its last ring */
-		pe = NULL;
-	}
-	bool fresh = !pe;
-	if (fresh && !(pe = peer_open(dgid)))
+	/* asked for by shm_tx_prepare before the caller took its locks: no
+	 * wait here then (shm.h) */
+	if (!(pe = peer_resolve(dgid)))
 		goto out;
 	if (pe->nheld < rings_own)
 		tx = ring_claim(pe);
@@ -1034,14 +1295,6 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 	}
 	if (tx)
 		tx->users++;
-	if (fresh) {
-		if (tx) {
-			pe->next = peers;
-			peers = pe;
-		} else {
-			peer_free(pe);
-		}
-	}
 out:
 	pthread_mutex_unlock(&peers_lock);
 	return tx;
@@ -1062,18 +1315,18 @@ void shm_tx_detach(struct shm_tx *tx)
 			atomic_store(&tx->ctl->owner, 0);
 			ring_lock(pe->fd, tx->idx, false);
 			pthread_mutex_destroy(&tx->lock);
+			munmap(tx->ring, SHM_RING_BYTES);
 		}
 		/* else a forked child's copy of its parent's ring: the owner
-		 * word and the lock (on the parent's open file description) are
-		 * the parent's, and so is the mutex, which a parent thread may
-		 * have held at the fork.  Only the child's mappings go. */
-		munmap(tx->ring, SHM_RING_BYTES);
+		 * word is the parent's, and so is the mutex, which a parent
+		 * thread may have held at the fork; the lock's fd was closed and
+		 * the mapping not inherited (fork above).  Only the entry goes. */
 		pe->held[tx->idx] = NULL;
 		free(tx);
 		if (--pe->nheld == 0) {
 			if (ours)
 				peer_unlink(pe);  /* the child's list never had the parent's */
-			peer_free(pe);  /* a child's close leaves the parent's description open */
+			peer_free(pe);  /* nothing holds a dead owner's region any more */
 		}
 	}
 	pthread_mutex_unlock(&peers_lock);

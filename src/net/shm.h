@@ -9,10 +9,9 @@
  *
  * Every receive address (GID) of a device publishes one region of
  * SHM_RINGS single-producer rings: a sealed memfd, handed by file
- * descriptor to each process of our user that connects to the abstract
- * unix socket "uroce-rx.<euid>.<gid in hex>" of this network namespace
- * (or, when that name is taken, one with a random tail; shm.c,
- * "Rendezvous").  A connected QP's flow claims one ring in its peer's region when it
+ * descriptor to each process of our user that connects to the unix socket
+ * "rx.<netns inode>.<gid in hex>" in a directory only our user can enter
+ * (shm.c, "Rendezvous").  A connected QP's flow claims one ring in its peer's region when it
  * opens and keeps it for its life, so each flow's packets keep their order
  * and never mix paths.  A receiver whose engine sleeps on its sockets says
  * so in the region; a sender that published into it then sends an 8-byte
@@ -38,8 +37,13 @@ void shm_rx_close(struct shm_rx *rx);
  * nothing. */
 int shm_rx_listen_fd(const struct shm_rx *rx);
 /* Hands the region to every producer of our user waiting on the socket;
- * never blocks.  A producer waits SHM_CONNECT_WAIT_MS (shm.c) for it. */
-void shm_rx_serve(struct shm_rx *rx);
+ * never blocks.  A producer waits SHM_CONNECT_WAIT_MS (shm.c) for it.
+ * -1: a connection could not be accepted (no memory), the socket stays
+ * readable: the caller stops watching it until it serves again. */
+int shm_rx_serve(struct shm_rx *rx);
+/* No rings in this process: the rendezvous directory is not private, or
+ * the euid is the overflow uid (shm.c, "Rendezvous"). */
+bool shm_dir_refused(void);
 /* Does any sender hold a ring in it?  Never in a forked child: the
  * parent is the consumer. */
 bool shm_rx_active(struct shm_rx *rx);
@@ -58,6 +62,15 @@ void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
  * no ring is free and the process holds none there.  The region's fd and
  * header mapping are one per peer address, not per flow. */
 struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
+/* Asks dgid's owner for its region, waiting up to SHM_CONNECT_WAIT_MS
+ * (shm.c) for its answer, and caches the answer: the region (until a flow
+ * attaches, or a second passes), or that there is none (for a second, so
+ * that an owner that does not answer costs one wait, not one per QP).
+ * Concurrent asks for one address are one.  Called without locks
+ * (ibv_modify_qp, before the QP's lock): shm_tx_attach then finds the
+ * answer and never waits under the caller's locks (it asks only for an
+ * address nobody asked for, as tests do). */
+void shm_tx_prepare(const uint8_t dgid[16]);
 void shm_tx_detach(struct shm_tx *tx);
 /* The records of a send call appear to the consumer together (shm.c), so a
  * message is taken in only once the whole call is in the ring.  The
@@ -109,5 +122,9 @@ void shm_unguard_mapping(int slot);
 /* Tests: how many rings of a region the process claims before its flows
  * share them (0: the default, a quarter). */
 void shm_tx_test_rings_own(unsigned n);
+/* Tests: how many rendezvous asks this process made (connects). */
+unsigned long shm_tx_test_asks(void);
+/* Tests: the path of gid's rendezvous socket file. */
+bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n);
 
 #endif

@@ -404,6 +404,11 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	struct uroce_dev *dev = qp->dev;
 	int rc;
 
+	/* a same-host peer's region is asked for here, not under qp->lock,
+	 * which the engine's timers take under rx_lock (net/shm.c: the ask
+	 * may wait for the peer's engine) */
+	if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_UD)
+		net_flow_prepare(dev->net, a->ah_attr.grh.dgid.raw);
 	pthread_mutex_lock(&qp->lock);
 	enum ibv_qp_state cur = qp->attr.qp_state;
 	enum ibv_qp_state next = (mask & IBV_QP_STATE) ? a->qp_state : cur;

@@ -84,7 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	rx = shm_rx_open(gid);
 	atexit(region_gone);
 	if (!rx)
-		die("shm_rx_open (needs memfd_create and an abstract unix socket)");
+		die("shm_rx_open (needs memfd_create and a private rendezvous directory, net/shm.c)");
 	for (int r = 0; r < 2; r++) {
 		shm_rx_test_view(rx, played[r], &v[r]);
 		if (!(shadow[r] = calloc(1, v[r].ring_bytes)))

@@ -18,14 +18,13 @@
 #     processes live and finish the run through the rings, data checked by
 #     the pingpong (--chk).  (The code before the seals had /dev/shm files
 #     that a truncation cut: SIGBUS, or a run that fell back to UDP.)
-#  5. squatting: before two processes of user nobody start, user daemon
-#     binds the abstract socket names their regions would have
-#     (uroce-rx.65534.<gid>, and decoys with a random-looking tail) and
-#     plants files at the /dev/shm names earlier versions used; the rings
-#     still carry the run (ring counters), data checked.  (The code before:
-#     no rings at all, its rename onto daemon's file in sticky /dev/shm
-#     failed.  Root's rename would not have: hence two users that are not
-#     root.)
+#  5. the rendezvous directory: (a) user nobody makes daemon's directory
+#     /dev/shm/uroce-1 first: daemon's processes refuse it and run by
+#     UDP, data checked, no crash (daemon's /dev/shm/uroce-0 does not
+#     concern root, which meets in /run/uroce: section 4 runs with it
+#     planted); (b) in daemon's own directory, nobody's connect flood on
+#     the sockets fails at once (the abstract names of before anyone could
+#     reach, fill and wake), and the rings carry daemon's run.
 # A PID is known in advance by starting the process held on a FIFO and
 # exec-ing it once the trap is set (exec keeps the PID).
 # usage: attacks.sh LAUNCHER   (needs root, user nobody and user daemon; 77 otherwise)
@@ -42,7 +41,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 	for p in "${pids[@]}"; do rm -f "/dev/shm/uroce.$p"; done
-	rm -f /dev/shm/uroce-rx.*.00000000000000000000ffff7f00630[12]  # section 5's plants
+	rm -rf /dev/shm/uroce-0 /dev/shm/uroce-1 /tmp/uroce-flood-stop  # section 4's and 5's
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -154,7 +153,10 @@ truncate -s 0 "/dev/shm/uroce.$p" || bad "page truncation: no page at /dev/shm/u
 client_survives page "$p" "$port" "the server ran its traffic after its counters page was truncated"
 
 # 4. a peer of the same user tries to truncate every same-host region under
-# traffic
+# traffic.  daemon has made /dev/shm/uroce-0 first: root meets its peers in
+# /run/uroce, unaffected.
+rm -rf /dev/shm/uroce-0
+as_daemon mkdir -m 0777 /dev/shm/uroce-0 || bad "rings: daemon could not make /dev/shm/uroce-0"
 port=$(free_port)
 # enough iterations that the run outlasts finding the regions and trying
 # them (the first 1000 ring packets come within the first few thousand
@@ -195,6 +197,7 @@ fi
 wait "$cp"; crc=$?
 wait "$sp"; src=$?
 counter() { awk -v n="$2" '$1 == "uroce:" && $2 == n { v = $3 } END { print v + 0 }' "$1"; }
+rm -rf /dev/shm/uroce-0
 if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "$iters iters in" "$tmp/ring.c"; then
 	ok "rings: both processes lived and finished all $iters iterations, data checked"
 else
@@ -207,51 +210,84 @@ for side in s c; do
 		|| bad "rings ($side): shm_packets_rx $r, want >= $((2 * iters)): the rings were given up"
 done
 
-# 5. daemon squats nobody's rendezvous names (and the old /dev/shm names)
-# first (fixed addresses, so that the names are known in advance)
-gid_of() { IFS=. read -r a b c d <<<"$1"; printf '00000000000000000000ffff%02x%02x%02x%02x' "$a" "$b" "$c" "$d"; }
-addr_s=127.0.99.1 addr_c=127.0.99.2
-netns=$(stat -L -c %i /proc/self/ns/net)
-names=()
-for a in $addr_s $addr_c; do
-	h=$(gid_of $a)
-	names+=("uroce-rx.65534.$h")
-	for k in $(seq 12); do names+=("uroce-rx.65534.$h.$(printf '%016x' $k)"); done
-	as_daemon sh -c "printf squat > /dev/shm/uroce-rx.$netns.$h; chmod 666 /dev/shm/uroce-rx.$netns.$h" \
-		|| bad "squat: daemon could not plant /dev/shm/uroce-rx.$netns.$h"
-done
-as_daemon /usr/bin/python3 -c '
-import socket, sys, time
-held = []
-for n in sys.argv[1:]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.bind("\0" + n)
-    s.listen(1)
-    held.append(s)
-print("ready", flush=True)
-time.sleep(600)' "${names[@]}" >"$tmp/squat.out" 2>&1 &
-sq=$!; pids+=("$sq")
-for _ in $(seq 200); do grep -q ready "$tmp/squat.out" && break; sleep 0.05; done
-grep -q ready "$tmp/squat.out" && ok "squat: daemon holds ${#names[@]} names (uroce-rx.65534.<gid> and decoys) and the old /dev/shm names" \
-	|| { bad "squat: daemon's sockets"; cat "$tmp/squat.out"; }
-port=$(free_port)
-UROCE_ADDR=$addr_s UROCE_STATS=1 as_nobody "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -s 1024 -c -n 20000 >"$tmp/squat.s" 2>&1 &
-p=$!; pids+=("$p")
-wait_listen "$port" || bad "squat: the server does not listen"
-UROCE_ADDR=$addr_c UROCE_STATS=1 timeout 120 setpriv --reuid=65534 --regid=65534 --clear-groups -- "$U" run -- ibv_rc_pingpong -g 0 -p "$port" -s 1024 -c -n 20000 127.0.0.1 >"$tmp/squat.c" 2>&1; crc=$?
-wait "$p"; src=$?
-if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "20000 iters in" "$tmp/squat.c"; then
-	ok "squat: the pingpong ran, data checked"
-else
-	bad "squat: server $src client $crc"; tail -n 5 "$tmp/squat.s" "$tmp/squat.c"
-fi
+# 5. the rendezvous directory (net/shm.c, "Rendezvous"): user daemon
+# (no XDG_RUNTIME_DIR) meets its peers in /dev/shm/uroce-1, root in
+# /run/uroce.  (Not nobody: its uid is the overflow uid, which has no
+# rings at all, as every unmapped uid of a user namespace reads as it.)
+counter() { awk -v n="$2" '$1 == "uroce:" && $2 == n { v = $3 } END { print v + 0 }' "$1"; }
+# daemon_pair NAME ITERS: a pingpong of two processes of daemon's, data
+# checked; files $tmp/NAME.{s,c}
+daemon_pair() {
+	local port src crc
+	port=$(free_port)
+	env -u XDG_RUNTIME_DIR UROCE_ADDR=127.0.99.1 UROCE_STATS=1 setpriv --reuid=1 --regid=1 --clear-groups -- \
+		"$U" run -- ibv_rc_pingpong -g 0 -p "$port" -s 1024 -c -n "$2" >"$tmp/$1.s" 2>&1 &
+	p=$!; pids+=("$p")
+	wait_listen "$port" || bad "$1: the server does not listen"
+	env -u XDG_RUNTIME_DIR UROCE_ADDR=127.0.99.2 UROCE_STATS=1 timeout 120 setpriv --reuid=1 --regid=1 --clear-groups -- \
+		"$U" run -- ibv_rc_pingpong -g 0 -p "$port" -s 1024 -c -n "$2" 127.0.0.1 >"$tmp/$1.c" 2>&1; crc=$?
+	wait "$p"; src=$?
+	if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "$2 iters in" "$tmp/$1.c"; then
+		ok "$1: the pingpong ran, data checked"
+	else
+		bad "$1: server $src client $crc"; tail -n 5 "$tmp/$1.s" "$tmp/$1.c"
+	fi
+}
+# 5a. nobody makes daemon's directory first (it cannot make root's: /run
+# is not world-writable): daemon's processes have no rings (counted), and
+# run by UDP, data exact; no crash
+rm -rf /dev/shm/uroce-1
+as_nobody mkdir -m 0777 /dev/shm/uroce-1 || bad "squat: nobody could not make /dev/shm/uroce-1"
+daemon_pair squat 2000
 for side in s c; do
 	r=$(counter "$tmp/squat.$side" shm_packets_rx)
-	[ "$r" -ge 40000 ] && ok "squat ($side): the rings carried the run (shm_packets_rx $r)" \
-		|| bad "squat ($side): shm_packets_rx $r, want >= 40000: no rings"
+	d=$(counter "$tmp/squat.$side" shm_dir_refused)
+	[ "$r" = 0 ] && [ "$d" -ge 1 ] && ok "squat ($side): nobody's directory is refused (shm_dir_refused $d), the run went by UDP" \
+		|| bad "squat ($side): shm_packets_rx $r shm_dir_refused $d: nobody's directory was used"
 done
-kill "$sq" 2>/dev/null
-for a in $addr_s $addr_c; do rm -f "/dev/shm/uroce-rx.$netns.$(gid_of $a)"; done
+[ -z "$(ls -A /dev/shm/uroce-1)" ] && ok "squat: nothing of daemon's in nobody's directory" || bad "squat: daemon wrote into nobody's directory"
+rm -rf /dev/shm/uroce-1
+# 5b. daemon's own directory: nobody cannot reach the sockets in it (a
+# connect flood throughout the run fails at once), and the rings carry the
+# run.  (The abstract names before: anyone could connect, fill the backlog
+# and wake the engine.)
+as_nobody /usr/bin/python3 -c '
+import socket, glob, time, errno
+ok = refused = 0
+end = time.time() + 60
+while time.time() < end:
+    for path in glob.glob("/dev/shm/uroce-1/rx.*") or ["/dev/shm/uroce-1/rx.x"]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            ok += 1
+        except OSError as e:
+            refused += 1
+        s.close()
+    try:
+        open("/tmp/uroce-flood-stop").close()
+        break
+    except OSError:
+        pass
+print("connected", ok, "refused", refused, flush=True)' >"$tmp/flood.out" 2>&1 &
+fl=$!; pids+=("$fl")
+rm -f /tmp/uroce-flood-stop
+daemon_pair flood 20000
+touch /tmp/uroce-flood-stop
+wait "$fl"
+rm -f /tmp/uroce-flood-stop
+read -r _ conn _ refused <"$tmp/flood.out"
+[ "${conn:-1}" = 0 ] && [ "${refused:-0}" -gt 0 ] && ok "flood: nobody's $refused connects all failed" \
+	|| bad "flood: nobody connected ${conn:-?} times ($(cat "$tmp/flood.out"))"
+[ "$(stat -c '%a %U' /dev/shm/uroce-1 2>/dev/null)" = "700 daemon" ] && ok "flood: /dev/shm/uroce-1 is daemon's, 0700" \
+	|| bad "flood: /dev/shm/uroce-1 is $(stat -c '%a %U' /dev/shm/uroce-1 2>&1)"
+for side in s c; do
+	r=$(counter "$tmp/flood.$side" shm_packets_rx)
+	[ "$r" -ge 40000 ] && ok "flood ($side): the rings carried the run (shm_packets_rx $r)" \
+		|| bad "flood ($side): shm_packets_rx $r, want >= 40000: no rings"
+done
+rm -rf /dev/shm/uroce-1
 
 [ $fail = 0 ] && echo "ok: attacks" || echo "FAILED"
 exit $fail

@@ -3,9 +3,12 @@
  * consumer's sleep; a ring claimed anew does not replay what an earlier
  * producer left; a consumer survives a producer that writes nonsense; a
  * region whose owner died is not used; a region is found by its socket,
- * also when its name is squatted; a peer cannot truncate a region (it is
- * sealed), so a thread that blocks SIGBUS survives the attempt; a forked
- * child neither produces into nor gives back its parent's rings. */
+ * also over a stale or silent socket file; hostile answers are refused and
+ * leave no fd; a failed ask is cached; a connection that cannot be
+ * accepted does not spin the engine; a peer cannot truncate a region (it
+ * is sealed), so a thread that blocks SIGBUS survives the attempt; a
+ * forked child neither produces into nor gives back its parent's rings,
+ * and holds nothing of them when its parent dies. */
 #include "net/net.h"
 #include "net/shm.h"
 #include <assert.h>
@@ -18,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -414,9 +419,24 @@ static void test_hostile_producer(void)
  * it is killed. */
 static struct shm_rx *child_rx;
 
+/* Serve rx (as this process's engine would) until fd is readable. */
+static void serve_until(struct shm_rx *rx, int fd)
+{
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = fd, .events = POLLIN }, { .fd = shm_rx_listen_fd(rx), .events = POLLIN } };
+		if (poll(pfd, rx ? 2 : 1, -1) < 0 && errno != EINTR)
+			return;
+		if (pfd[0].revents)
+			return;
+		if (rx && pfd[1].revents)
+			shm_rx_serve(rx);
+	}
+}
+
 /* Run fn(gid) in a child that then waits to be killed; true if fn said it
- * succeeded. */
-static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_t *child)
+ * succeeded.  Meanwhile this process serves its region serve (a forked
+ * child holds no fd of its parent's regions: it asks like any process). */
+static bool in_child_serving(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_t *child, struct shm_rx *serve)
 {
 	int p[2];
 	char c = 0;
@@ -438,11 +458,18 @@ static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_
 				shm_rx_serve(child_rx);
 		}
 	}
+	if (*child > 0)
+		serve_until(serve, p[0]);
 	if (*child < 0 || read(p[0], &c, 1) != 1)
 		c = 0;
 	close(p[0]);
 	close(p[1]);
 	return c == 1;
+}
+
+static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_t *child)
+{
+	return in_child_serving(fn, gid, child, NULL);
 }
 
 static bool child_opens_region(const uint8_t *gid)
@@ -488,59 +515,294 @@ static void test_dead_owner(void)
 	shm_tx_detach(tx);
 }
 
-/* The abstract name an owner of gid binds first (shm.c, "Rendezvous") */
-static void addr_name(const uint8_t gid[16], char *name, size_t n)
-{
-	int k = snprintf(name, n, "uroce-rx.%u.", (unsigned)geteuid());
-	for (int i = 0; i < 16; i++)
-		k += snprintf(name + k, n - (size_t)k, "%02x", gid[i]);
-}
-
-/* Binds the abstract name `name` as a squatter would (listening, never
- * answering): its fd. */
-static int squat(const char *name)
+/* A listener at gid's socket file that never answers (a stopped owner,
+ * or a process of ours that took the path): its fd.  With stale, closed
+ * again at once: the file stays, and connects are refused. */
+static int listen_at(const uint8_t gid[16], bool stale)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	size_t n = strlen(name);
-	memcpy(sa.sun_path + 1, name, n);
+	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+		return -1;
+	unlink(sa.sun_path);
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0 || bind(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0 ||
-	    listen(s, 4) < 0) {
+	if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(s, 4) < 0) {
 		if (s >= 0)
 			close(s);
 		return -1;
 	}
+	if (stale) {
+		close(s);
+		return 0;
+	}
 	return s;
 }
 
-/* Issue 13, item 1: the address's name is taken before the owner opens
- * its region (by a squatter that never answers); the owner listens at a
- * random name, and a producer finds it there after one failed ask. */
+/* A stale socket file (its owner was killed) or one a process of ours
+ * listens at without answering: the address's new owner replaces it, and a
+ * producer finds the region there. */
 static void test_squatted_name(void)
 {
 	uint8_t gid[16];
-	char name[80];
 	test_gid(gid, 14);
-	addr_name(gid, name, sizeof(name));
-	int s = squat(name);
-	CHECK(s >= 0, "squat %s", name);
-	/* a squatter's answer-less name with a random-looking tail, too */
-	char decoy[100];
-	snprintf(decoy, sizeof(decoy), "%s.0000000000000000", name);
-	int s2 = squat(decoy);
-	pid_t child;
-	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region under the squatted name");
-	struct shm_tx *tx = shm_tx_attach(gid);
-	CHECK(tx, "a producer finds it anyway");
-	if (tx) {
-		send_one(tx, 6, 70);
-		shm_tx_detach(tx);
+	for (int stale = 0; stale < 2; stale++) {
+		gid[15] = (uint8_t)(14 + 100 * stale);
+		int s = listen_at(gid, stale);
+		CHECK(s >= 0, "a listener at the socket file");
+		pid_t child;
+		CHECK(in_child(child_opens_region, gid, &child), "the child opened its region over the %s socket",
+		      stale ? "stale" : "silent");
+		struct shm_tx *tx = shm_tx_attach(gid);
+		CHECK(tx, "a producer finds it (%s)", stale ? "stale" : "silent");
+		if (tx) {
+			send_one(tx, 6, 70);
+			shm_tx_detach(tx);
+		}
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		if (s > 0)
+			close(s);
 	}
+}
+
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A memfd as an owner's would be, but for what `how` spoils. */
+static int bad_memfd(int how)
+{
+	int fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	size_t size = 2 * 1024 * 1024 * 32 + 4096;  /* SHM_REGION_BYTES */
+	if (fd < 0 || ftruncate(fd, (off_t)(how == 2 ? 4096 : size)) < 0)
+		return fd;
+	if (how == 1)
+		return fd;  /* unsealed */
+	int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	if (how == 3)
+		seals |= F_SEAL_WRITE;
+	(void)fcntl(fd, F_ADD_SEALS, seals);
+	return fd;
+}
+
+/* Answer one ask at gid's socket with `how` (hostile_answer), in a child;
+ * the pipe p says when it listens. */
+static void hostile_owner(const uint8_t gid[16], int how, int ready)
+{
+	int s = listen_at(gid, false);
+	char c = 1;
+	if (s < 0 || write(ready, &c, 1) != 1)
+		_exit(1);
+	int a = accept(s, NULL, NULL);
+	int fds[3] = { -1, -1, -1 }, nfds = 1;
+	char data = 'r';
+	struct iovec iov = { &data, 1 };
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 3)]; } u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b };
+	switch (how) {
+	case 0: nfds = 2; fds[0] = bad_memfd(0); fds[1] = bad_memfd(0); break;  /* two fds */
+	case 1: nfds = 3; fds[0] = bad_memfd(0); fds[1] = bad_memfd(0); fds[2] = bad_memfd(0); break;
+	case 2: fds[0] = bad_memfd(0); iov.iov_len = 0; break;  /* a 0-byte message */
+	case 3: fds[0] = open("/dev/null", O_RDWR); break;      /* not a memfd */
+	case 4: fds[0] = bad_memfd(1); break;                   /* unsealed */
+	case 5: fds[0] = bad_memfd(2); break;                   /* the wrong size */
+	case 6: fds[0] = bad_memfd(3); break;                   /* sealed against writes too */
+	}
+	mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	if (a < 0 || sendmsg(a, &mh, 0) < 0)
+		_exit(2);
+	pause();
+	_exit(0);
+}
+
+/* Issue #13, item 6 and the region checks: an answer of two fds, of three
+ * (more than the control buffer of before held: MSG_CTRUNC), a 0-byte
+ * message with an fd, a non-memfd, an unsealed memfd, one of the wrong
+ * size, one with a seal too many: no region, and no fd left behind. */
+static void test_hostile_handover(void)
+{
+	static const char *what[] = { "two fds", "three fds", "a 0-byte message", "a non-memfd", "an unsealed memfd",
+				      "a memfd of the wrong size", "a memfd sealed against writes" };
+	for (int how = 0; how < 7; how++) {
+		uint8_t gid[16];
+		test_gid(gid, (uint8_t)(40 + how));
+		int p[2];
+		char c;
+		if (pipe(p) < 0)
+			return;
+		pid_t child = fork();
+		if (child == 0)
+			hostile_owner(gid, how, p[1]);
+		CHECK(read(p[0], &c, 1) == 1, "the hostile owner listens");
+		int before = fd_count();
+		struct shm_tx *tx = shm_tx_attach(gid);
+		int after = fd_count();
+		CHECK(!tx, "%s: refused", what[how]);
+		CHECK(after == before, "%s: no fd left behind (%d before, %d after)", what[how], before, after);
+		shm_tx_detach(tx);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		close(p[0]);
+		close(p[1]);
+	}
+}
+
+/* Issue #13, item 2: an owner that never answers is asked once, not once
+ * per attach (the failure is cached), and a second attach costs no wait. */
+static void test_negative_cache(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 60);
+	int s = listen_at(gid, false);
+	CHECK(s >= 0, "a silent listener");
+	unsigned long asks = shm_tx_test_asks();
+	shm_tx_prepare(gid);
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(!tx, "no answer: no ring");
+	CHECK(shm_tx_test_asks() == asks + 1, "asked once (%lu)", shm_tx_test_asks() - asks);
+	for (int i = 0; i < 100; i++)
+		shm_tx_detach(shm_tx_attach(gid));
+	CHECK(shm_tx_test_asks() == asks + 1, "and not again for the next 100 attaches (%lu)", shm_tx_test_asks() - asks);
+	close(s);
+	/* a region answered is cached too: prepare, then attach, ask once */
+	uint8_t gid2[16];
+	test_gid(gid2, 61);
+	pid_t child;
+	CHECK(in_child(child_opens_region, gid2, &child), "a child's region");
+	asks = shm_tx_test_asks();
+	shm_tx_prepare(gid2);
+	tx = shm_tx_attach(gid2);
+	CHECK(tx && shm_tx_test_asks() == asks + 1, "prepared, then attached: one ask (%lu)", shm_tx_test_asks() - asks);
+	shm_tx_detach(tx);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	close(s);
-	if (s2 >= 0)
-		close(s2);
+}
+
+/* Issue #13, item 5: a connection that cannot be accepted (no fd left)
+ * does not stay queued: the listener is not readable after a serve (else
+ * the level-triggered engine would wake for it again and again). */
+static int accept_fails_wakes(bool hard)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx = region_of(gid, (uint8_t)(62 + 100 * hard));
+	if (!rx)
+		return -1;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path));
+	int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN };
+	if (c < 0 || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, shm_rx_listen_fd(rx), &ev) < 0 ||
+	    connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -1;
+	struct rlimit old, lim;
+	getrlimit(RLIMIT_NOFILE, &old);
+	int lowest = dup(0);  /* every fd below it is open */
+	close(lowest);
+	lim.rlim_cur = (rlim_t)lowest;
+	lim.rlim_max = hard ? (rlim_t)lowest : old.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &lim) < 0)
+		return -1;
+	int wakes = 0;
+	for (int i = 0; i < 100; i++) {
+		struct epoll_event got;
+		if (epoll_wait(ep, &got, 1, 0) != 1)
+			break;
+		wakes++;
+		shm_rx_serve(rx);
+	}
+	setrlimit(RLIMIT_NOFILE, &old);  /* the soft limit only */
+	close(c);
+	close(ep);
+	shm_rx_close(rx);
+	return wakes;
+}
+
+/* Issue #13, item 5: a connection that cannot be accepted (no fd left:
+ * the soft limit is raised, fds_retry; at the hard limit the spare fd
+ * accepts and closes it) does not stay queued: the listener is not
+ * readable after a serve (else the level-triggered engine would wake for
+ * it again and again).  The hard limit cannot be raised again: in a child. */
+static void test_accept_fails(void)
+{
+	int w = accept_fails_wakes(false);
+	CHECK(w == 1, "soft limit: one wake-up for the connection, not a spin (%d)", w);
+	pid_t child = fork();
+	if (child == 0)
+		_exit(accept_fails_wakes(true) & 0xff);
+	int status = 0;
+	waitpid(child, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "hard limit: one wake-up, not a spin (status %#x)", status);
+}
+
+/* Issue #13, item 8: a producer that forked a child and then died: the
+ * child holds nothing of the region (the fd closed at the fork, the
+ * mappings not inherited), so the consumer reaps the dead producer's ring
+ * (ring_mask clears), and the child's own region of before dies with its
+ * parent too. */
+static _Atomic int *grandchild_pid;  /* a shared page */
+
+static bool child_claims_forks_and_waits(const uint8_t *gid)
+{
+	struct shm_tx *tx = shm_tx_attach(gid);
+	if (!tx)
+		return false;
+	send_one(tx, 9, 30);
+	int p[2];
+	char c = 0;
+	if (pipe(p) < 0)
+		return false;
+	pid_t grandchild = fork();
+	if (grandchild == 0) {
+		/* the fork handler has run: say so, then live on */
+		if (write(p[1], "g", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	*grandchild_pid = grandchild;
+	return grandchild > 0 && read(p[0], &c, 1) == 1;
+}
+
+static void test_fork_parent_dies(void)
+{
+	uint8_t gid[16];
+	struct shm_rx *rx = region_of(gid, 63);
+	if (!rx)
+		return;
+	pid_t child;
+	grandchild_pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (grandchild_pid == MAP_FAILED)
+		return;
+	bool ok = in_child_serving(child_claims_forks_and_waits, gid, &child, rx);
+	int grandchild = *grandchild_pid;
+	CHECK(ok && grandchild > 0, "the child claimed a ring and forked");
+	static struct uroce_rxpkt pkts[64];
+	uint64_t bad = 0;
+	bool more = false;
+	CHECK(shm_rx_poll(rx, pkts, 64, &more, &bad) == 1, "its packet");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	for (int i = 0; i < 10000 && shm_rx_active(rx); i++)
+		shm_rx_poll(rx, pkts, 64, &more, &bad);
+	CHECK(!shm_rx_active(rx), "the dead producer's ring is reaped though its child lives");
+	if (grandchild > 0) {
+		kill(grandchild, SIGKILL);
+	}
+	munmap((void *)grandchild_pid, 4096);
+	shm_rx_close(rx);
 }
 
 /* The region of test address k, where a child sent two packets and was
@@ -551,7 +813,7 @@ static struct shm_rx *region_with_dead_producer(uint8_t gid[16], uint8_t k)
 	pid_t child;
 	if (!rx)
 		return NULL;
-	CHECK(in_child(child_sends_two, gid, &child), "the child sent two packets");
+	CHECK(in_child_serving(child_sends_two, gid, &child, rx), "the child sent two packets");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	return rx;
@@ -732,10 +994,11 @@ out:
  * the fork: the child's attach does not hang on it. */
 static void *hold_peers_lock(void *arg)
 {
-	/* shm_tx_attach of an address whose name a squatter holds takes
-	 * peers_lock and waits SHM_CONNECT_WAIT_MS for an answer under it: the
-	 * fork likely comes meanwhile (the test passes either way; it then
-	 * also shows that the child's lock was made anew) */
+	/* shm_tx_attach of an address whose listener never answers waits
+	 * SHM_CONNECT_WAIT_MS for an answer, its ask in flight (peers_lock
+	 * is dropped meanwhile, and taken again after): the fork likely
+	 * comes meanwhile (the test passes either way; it then also shows
+	 * that the child's lock and ask table were made anew) */
 	shm_tx_detach(shm_tx_attach(arg));
 	return NULL;
 }
@@ -751,17 +1014,16 @@ static void test_fork(void)
 	CHECK(got_one(rx, 1, 50), "the parent's ring works");
 	struct shm_test_view v;
 	unsigned idx = 0;
+	uint32_t tag = 0;
 	for (; idx < 32; idx++) {
 		shm_rx_test_view(rx, idx, &v);
-		if (__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid())
+		if ((tag = __atomic_load_n(v.owner, __ATOMIC_ACQUIRE)) != 0)
 			break;
 	}
-	CHECK(idx < 32, "the parent owns a ring");
+	CHECK(idx < 32 && tag != (uint32_t)getpid(), "the parent owns a ring, its owner word a tag, not the pid");
 	uint8_t nogid[16];
-	char name[80];
 	test_gid(nogid, 250);
-	addr_name(nogid, name, sizeof(name));
-	int sq = squat(name);
+	int sq = listen_at(nogid, false);
 	pthread_t t;
 	pthread_create(&t, NULL, hold_peers_lock, nogid);
 	pid_t child = fork();
@@ -785,11 +1047,18 @@ static void test_fork(void)
 		_exit(rc);
 	}
 	int status = 0;
-	waitpid(child, &status, 0);
+	/* the child asks this process for the region: served until it exits */
+	for (;;) {
+		struct pollfd pfd = { .fd = shm_rx_listen_fd(rx), .events = POLLIN };
+		if (waitpid(child, &status, WNOHANG) == child)
+			break;
+		if (poll(&pfd, 1, 10) == 1)
+			shm_rx_serve(rx);
+	}
 	pthread_join(t, NULL);
 	close(sq);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child: own ring, inherited one refused, consumed nothing (status %#x)", status);
-	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid(), "the parent still owns its ring (owner %u)", *v.owner);
+	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == tag, "the parent still owns its ring (owner %u)", *v.owner);
 	/* the child's packet (ring 3's) first, then the child's ring goes back */
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
@@ -799,7 +1068,7 @@ static void test_fork(void)
 	/* past a reaping round: a ring whose lock was dropped would be given back */
 	for (int i = 0; i < 10000; i++)
 		shm_rx_poll(rx, pkts, 64, &more, &bad);
-	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == (uint32_t)getpid(), "and its lock: not reaped (owner %u)", *v.owner);
+	CHECK(__atomic_load_n(v.owner, __ATOMIC_ACQUIRE) == tag, "and its lock: not reaped (owner %u)", *v.owner);
 	for (uint32_t k = 0; k < 1000; k++) {
 		send_one(tx, 100 + k, len_of(k));
 		if (!got_one(rx, 100 + k, len_of(k))) {
@@ -857,6 +1126,10 @@ int main(void)
 	test_position_wrap();
 	test_calls_appear_whole();
 	test_squatted_name();
+	test_hostile_handover();
+	test_negative_cache();
+	test_accept_fails();
+	test_fork_parent_dies();
 	test_truncation_refused();
 	test_fork();
 	test_foreign_sigbus();
