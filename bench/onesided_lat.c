@@ -6,6 +6,7 @@
  * (`uroce run --`), on rxe or on a NIC alike.
  *
  *   target:  onesided_lat [--port=N | --port=0 --port-file=F] --target=BEHAVIOUR [--target-period-us=500]
+ *                         [--target-burst=1]
  *   client:  onesided_lat [--port=N] [--op=read|write|fadd] [--size=64] [--iters=2000]
  *                         [--pace-us=100] [--warmup=20] [--check] [--timeout-s=10] HOST
  *
@@ -21,7 +22,8 @@
  *   idle            blocks in read() on the TCP socket until the client is done
  *   compute         a busy loop on arithmetic, no verbs calls
  *   spin-mem        spins reading its buffer's last byte, no verbs calls
- *   poll-compute    ibv_poll_cq once every --target-period-us, busy computing in between
+ *   poll-compute    ibv_poll_cq once every --target-period-us (--target-burst times in a
+ *                   row), busy computing in between
  *   poll-sleep      ibv_poll_cq once every period, nanosleep in between
  *   poll-spin       ibv_poll_cq in a tight loop
  *   poll-threads    two threads, each busy-polling its own CQ (the QP's CQ is one)
@@ -112,6 +114,7 @@ static struct {
 	const char *host;       /* NULL: the target */
 	enum target target;
 	unsigned period_us;
+	unsigned burst;          /* polls in a row each period (poll-compute, poll-sleep) */
 	enum op op;
 	uint32_t size;
 	long iters, warmup;
@@ -120,7 +123,7 @@ static struct {
 	double timeout_s;
 	int qp_timeout;
 } opt = {
-	.port = 18530, .target = T_IDLE, .period_us = 500, .op = OP_READ, .size = 64,
+	.port = 18530, .target = T_IDLE, .period_us = 500, .burst = 1, .op = OP_READ, .size = 64,
 	.iters = 2000, .warmup = 20, .pace_us = 100, .timeout_s = 10.0, .qp_timeout = 14,
 };
 
@@ -452,7 +455,8 @@ static void poll_periodic_loop(int fd, struct ibv_cq *cq, bool sleep_between)
 {
 	uint64_t period = (uint64_t)(opt.period_us ? opt.period_us : 1) * 1000, next = now_ns();
 	do {
-		poll_cq_once(cq);
+		for (unsigned i = 0; i < opt.burst; i++)
+			poll_cq_once(cq);
 		next += period;
 		uint64_t now = now_ns();
 		if (next < now)
@@ -884,6 +888,7 @@ static long num_arg(const char *v, long lo, long hi, const char *what)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: onesided_lat [--port=N] [--port-file=F] --target=BEHAVIOUR [--target-period-us=500]\n"
+		   "                    [--target-burst=1]\n"
 		   "       onesided_lat [--port=N] [--op=read|write|fadd] [--size=64] [--iters=2000] [--warmup=20]\n"
 		   "                    [--pace-us=100] [--check] [--timeout-s=10] [--qp-timeout=14] HOST\n"
 		   "behaviours:");
@@ -900,7 +905,7 @@ int main(int argc, char **argv)
 	X(O_PERIOD, "target-period-us", 1) X(O_OP, "op", 1) X(O_SIZE, "size", 1) \
 	X(O_ITERS, "iters", 1) X(O_WARMUP, "warmup", 1) X(O_PACE, "pace-us", 1) \
 	X(O_CHECK, "check", 0) X(O_TIMEOUT, "timeout-s", 1) X(O_QP_TIMEOUT, "qp-timeout", 1) \
-	X(O_HELP, "help", 0)
+	X(O_BURST, "target-burst", 1) X(O_HELP, "help", 0)
 #define O_ENUM(id, name, arg) id,
 #define O_ROW(id, name, arg) { name, arg ? required_argument : no_argument, NULL, id },
 	enum { O_FIRST = 255, OPTIONS(O_ENUM) };
@@ -913,6 +918,7 @@ int main(int argc, char **argv)
 		case O_PORT_FILE: opt.port_file = optarg; break;
 		case O_TARGET: opt.target = (enum target)lookup(optarg, target_name, T_COUNT, "target"); break;
 		case O_PERIOD: opt.period_us = (unsigned)num_arg(optarg, 1, 10000000, "target-period-us"); break;
+		case O_BURST: opt.burst = (unsigned)num_arg(optarg, 1, 1000000, "target-burst"); break;
 		case O_OP: opt.op = (enum op)lookup(optarg, op_name, OP_COUNT, "op"); break;
 		case O_SIZE:
 			opt.size = (uint32_t)num_arg(optarg, 1, 1 << 30, "size");

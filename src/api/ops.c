@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 #include "ops.h"
+#include "../exec/exec.h"
 
 static struct ibv_srq *create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
 {
@@ -28,6 +29,15 @@ static struct ibv_srq *create_srq_ex(struct ibv_context *ctx, struct ibv_srq_ini
 	return s;
 }
 
+/* ibv_req_notify_cq: armed, the application blocks next (exec_poll_block) */
+static int req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	int rc = uroce_req_notify_cq(cq, solicited_only);
+	if (rc == 0)
+		exec_poll_block(to_ucq(cq)->dev);
+	return rc;
+}
+
 void uroce_fill_ops(struct verbs_context *v)
 {
 	struct ibv_context_ops *o = &v->context.ops;
@@ -37,7 +47,7 @@ void uroce_fill_ops(struct verbs_context *v)
 	o->post_recv = uroce_post_recv;
 	o->post_srq_recv = uroce_post_srq_recv;
 	o->poll_cq = uroce_poll_cq;
-	o->req_notify_cq = uroce_req_notify_cq;
+	o->req_notify_cq = req_notify_cq;
 	o->alloc_mw = uroce_alloc_mw;
 	o->bind_mw = uroce_bind_mw;
 	o->dealloc_mw = uroce_dealloc_mw;

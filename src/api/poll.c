@@ -11,13 +11,15 @@ int uroce_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 
 	if (num <= 0)
 		return 0;
+	uint64_t now = 0;
+
 	/* lock-free check first: an empty CQ is the common case of a poll loop */
 	if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail) {
-		exec_poll_progress(cq->dev);
+		now = exec_poll_progress(cq->dev);
 		if (__atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) == cq->tail)
 			return 0;
 	}
 	int n = cq_pop_many(cq, wc, num);
-	exec_poll_found(cq->dev);
+	exec_poll_found(cq->dev, now);
 	return n;
 }

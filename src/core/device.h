@@ -24,10 +24,13 @@ struct uroce_engine {
 	int loadavg_fd;                 /* /proc/loadavg: may the engine spin? */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
-	_Atomic uint64_t app_poll_ns;   /* last time an application's poll drove progress */
+	/* the pollers' stamps (exec/progress.c, poll_stamp), on a line of
+	 * their own: every poll writes them */
+	_Alignas(64) _Atomic uint64_t app_poll_ns; /* an application's last poll */
 	_Atomic uint64_t app_run_ns;    /* start of the current run of polls close together */
 	_Atomic uint64_t app_spin_ns;   /* last poll of a run that has lasted SPIN_MIN_NS: a spin */
-	_Atomic uint64_t handback_ns;   /* last exec_poll_found() hand-back */
+	_Atomic uint64_t app_rx_ns;     /* an application's poll last ran the receive path */
+	_Alignas(64) _Atomic uint64_t handback_ns; /* last hand-back (exec_poll_found, exec_poll_block) */
 	atomic_bool stop;
 	atomic_bool sleeping;
 	_Atomic uint64_t wake_ns;       /* when the sleeping engine will wake at the latest */

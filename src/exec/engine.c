@@ -29,6 +29,11 @@
 /* A spinning engine yields once per this many rounds, so that a thread the
  * scheduler put on its CPU runs (sched_yield every round costs latency). */
 #define SPIN_YIELD_ROUNDS 16
+/* Past the end of a grace, so that the look after it finds it over. */
+#define GRACE_SLACK_NS 10000ull
+/* How soon the engine looks again when a poller held rx_lock while a
+ * deadline was due. */
+#define DUE_RETRY_NS 20000ull
 /* An engine kept busy by traffic does not sleep in epoll, where it would
  * see a same-host producer asking for a region (net_serve): it answers
  * this often then, well within the producer's wait (net/shm.c). */
@@ -76,13 +81,21 @@ static void engine_spin_fair(struct uroce_dev *dev, bool fair)
 /* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
  * a poller has taken them over), or `cap` ns from now (0: no cap).  Returns
  * epoll's count; drains the kick. */
-static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines)
+static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines,
+			       const _Atomic uint64_t *watch, uint64_t seen)
 {
 	struct epoll_event evs[8];
 	struct timespec ts, *tsp = NULL;
 
 	engine_spin_fair(dev, false);
 	atomic_store(&dev->eng.sleeping, true);
+	/* Dekker with hand_back (exec/progress.c): it changes *watch, then
+	 * reads `sleeping` to kick; either it kicks this sleep or this sees
+	 * its change and does not sleep */
+	if (watch && atomic_load(watch) != seen) {
+		atomic_store(&dev->eng.sleeping, false);
+		return 0;
+	}
 	uint64_t now = now_ns();
 	uint64_t wake = UINT64_MAX;
 	if (deadlines) {
@@ -117,6 +130,11 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
 		n -= serve;
 	}
 	return n;
+}
+
+static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines)
+{
+	return engine_sleep_unless(dev, epfd, cap, deadlines, NULL, 0);
 }
 
 /* Sleep in epoll on the sockets (and the kick) until a packet, a kick or the
@@ -156,8 +174,9 @@ static void *engine_main(void *arg)
 	 * slice (~4 ms: one-sided p99s of 4 ms against a target that computes
 	 * or spins on memory).  At the highest nice weight the application
 	 * does not displace it, and the spin still ends within SPARE_LOOK_NS
-	 * once more threads are runnable than there are CPUs.  (It may: a
-	 * real-time engine has the permission.) */
+	 * once more threads are runnable than there are CPUs.  (Refused
+	 * without CAP_SYS_NICE or RLIMIT_NICE, e.g. when real-time came from
+	 * RLIMIT_RTPRIO alone: the engine then spins at nice 0.) */
 	if (dev->eng.rt && setpriority(PRIO_PROCESS, (id_t)gettid(), -20) < 0)
 		LOG_DBG("uroce: engine nice -20 refused");
 	/* The thread inherits its creator's signal mask; a fault in the
@@ -173,7 +192,10 @@ static void *engine_main(void *arg)
 		uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
 		bool defer = dev->cfg.handoff_defer && dev->eng.rt;
-		if (!defer && now - spin < grace) {
+		/* signed: a poller may have stamped a later clock reading than
+		 * this one */
+		if (!defer && (int64_t)(now - spin) < (int64_t)grace) {
+			uint64_t seen = atomic_load(&dev->eng.handback_ns);
 			/* grace: an application spins on its CQ (a run of polls
 			 * close together lasting 50 us: poll_stamp) and receives;
 			 * the engine stays off the sockets, so that no packet wakes
@@ -194,10 +216,17 @@ static void *engine_main(void *arg)
 				pthread_mutex_unlock(&dev->rx_lock);
 				due = false;
 			}
-			/* what a poller holding rx_lock left due, its next poll runs
-			 * (exec_progress_locked ends with the due work), or this engine
-			 * one grace later */
-			engine_sleep(dev, dev->eng.epfd_timers, grace, !due);
+			/* The next look: when the grace after the spin's last
+			 * poll ends (not a grace from now: a request that came
+			 * right after the spin stopped would wait up to two), or
+			 * soon, when a poller holding rx_lock kept what is due
+			 * from running here (its poll runs it only if its clock
+			 * read was past the deadline).  A hand-back meanwhile
+			 * cancels the sleep. */
+			uint64_t cap = spin + grace - now + GRACE_SLACK_NS;
+			if (due && cap > DUE_RETRY_NS)
+				cap = DUE_RETRY_NS;
+			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen);
 			continue;
 		}
 		if (exec_progress(dev, ENGINE_BUDGET) > 0) {

@@ -28,9 +28,14 @@ void engine_stop(struct uroce_dev *dev);
  * handled.  exec_progress takes rx_lock; the _locked form needs it held. */
 int exec_progress(struct uroce_dev *dev, int budget);
 int exec_progress_locked(struct uroce_dev *dev, int budget);
-/* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else is. */
-void exec_poll_progress(struct uroce_dev *dev);
-/* ibv_poll_cq returns completions: the application may stop polling now. */
-void exec_poll_found(struct uroce_dev *dev);
+/* From ibv_poll_cq on an empty CQ: process what has arrived, if no one else
+ * is.  Returns the poll's time stamp (0: polls do not drive progress). */
+uint64_t exec_poll_progress(struct uroce_dev *dev);
+/* ibv_poll_cq returns completions: the application may stop polling now.
+ * `now`: exec_poll_progress's stamp of this very poll, or 0. */
+void exec_poll_found(struct uroce_dev *dev, uint64_t now);
+/* ibv_req_notify_cq: the application is about to block for an event, so
+ * its spin, if any, is over: the sockets go back to the engine. */
+void exec_poll_block(struct uroce_dev *dev);
 
 #endif

@@ -14,6 +14,8 @@
 /* How long a run of polls close together must last to be a spin
  * (poll_stamp). */
 #define SPIN_MIN_NS 50000ull
+/* How often polls that keep finding completions receive (exec_poll_found). */
+#define FOUND_RX_NS 25000ull
 
 static void run_timers(struct uroce_dev *dev, uint64_t now)
 {
@@ -100,55 +102,105 @@ int exec_progress(struct uroce_dev *dev, int budget)
  * polls on a period drains its completions in a few polls, or makes one of
  * catch-up after it was descheduled.  Polls that find completions count:
  * an application that mostly finds some (ib_write_bw's requester) spins
- * all the same.  Plain loads and stores, no locked instruction in the poll
- * loop: threads racing on the stamps only move a run's start a little. */
-static uint64_t poll_stamp(struct uroce_dev *dev)
+ * all the same -- and so they receive too, now and then (exec_poll_found).
+ * No locked instruction in the poll loop: a run's start is stored before
+ * the poll's stamp (release; read with acquire), so a thread that sees
+ * another's stamp sees the run it belongs to; the gap is compared signed,
+ * as another thread may have stamped a later clock reading meanwhile. */
+static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 {
-	uint64_t now = now_ns();
-	uint64_t prev = atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_relaxed);
-	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_relaxed);
-	if (now - prev >= (uint64_t)dev->cfg.poll_spin_us * 1000)
-		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_relaxed);
-	else if (now - atomic_load_explicit(&dev->eng.app_run_ns, memory_order_relaxed) >= SPIN_MIN_NS)
+	int64_t gap = (int64_t)(now - atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_acquire));
+
+	if (gap >= (int64_t)dev->cfg.poll_spin_us * 1000)
+		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);
+	else if ((int64_t)(now - atomic_load_explicit(&dev->eng.app_run_ns, memory_order_acquire)) >=
+		 (int64_t)SPIN_MIN_NS)
 		atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_relaxed);
-	return now;
+	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_release);
+}
+
+static void poll_receive(struct uroce_dev *dev, uint64_t now)
+{
+	if (pthread_mutex_trylock(&dev->rx_lock))
+		return;
+	atomic_store_explicit(&dev->eng.app_rx_ns, now, memory_order_relaxed);
+	exec_progress_locked(dev, UROCE_RX_BATCH);
+	pthread_mutex_unlock(&dev->rx_lock);
 }
 
 /* Hand-off (docs/architecture.md): an application spinning on ibv_poll_cq
  * runs the receive path itself, and the engine stays off the sockets while
  * it does, so the two never fight over the cores. */
-void exec_poll_progress(struct uroce_dev *dev)
+uint64_t exec_poll_progress(struct uroce_dev *dev)
 {
 	if (!dev->cfg.poll_progress)
-		return;
-	poll_stamp(dev);
-	if (pthread_mutex_trylock(&dev->rx_lock))
-		return;
-	exec_progress_locked(dev, UROCE_RX_BATCH);
-	pthread_mutex_unlock(&dev->rx_lock);
+		return 0;
+	uint64_t now = now_ns();
+	poll_stamp(dev, now);
+	poll_receive(dev, now);
+	return now;
 }
 
-/* The application got its completion and may now spin on memory, while an
- * RDMA WRITE it waits for is only partly here (its first window rode in
- * with the ACK; the rest follows as the ACKs reach the requester).  With
- * the engine off the sockets for the poll grace, the rest would wait that
- * long: hand the sockets back to the engine now.  At most once per 100 us,
- * so that applications that keep polling during bidirectional WRITE
- * streams do not kick it per completion. */
-void exec_poll_found(struct uroce_dev *dev)
+/* The spin ends here as far as the engine knows: a new one must last
+ * SPIN_MIN_NS again, and the engine, if it sleeps off the sockets, is
+ * kicked.  The hand-back's stamp is what the engine's sleep checks after
+ * announcing it (engine_sleep: a hand-back between its look and its sleep
+ * is not lost); the CAS is sequentially consistent, as wake_engine_by's
+ * load of `sleeping` is. */
+static void hand_back(struct uroce_dev *dev, uint64_t now, uint64_t last)
 {
-	if (!dev->cfg.poll_progress)
+	if (!atomic_compare_exchange_strong(&dev->eng.handback_ns, &last, now))
 		return;
-	uint64_t now = poll_stamp(dev);
-	if (atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) <= 0 || dev->cfg.handoff_defer)
-		return;
-	uint64_t last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
-	if (now - last < HANDBACK_MIN_NS || !atomic_compare_exchange_strong(&dev->eng.handback_ns, &last, now))
-		return;
-	/* the spin is over as far as the engine knows: a new one must last
-	 * SPIN_MIN_NS again */
-	atomic_store_explicit(&dev->eng.app_spin_ns, 0, memory_order_relaxed);
-	atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);
+	atomic_store(&dev->eng.app_spin_ns, 0);
 	wake_engine_by(dev, now);
 }
 
+/* Completions found.  A poll that finds some runs no receive path, so an
+ * application whose CQ is never empty -- a UC or UD requester posting and
+ * polling, whose send completions are made inside ibv_post_send -- would
+ * spin and hold the sockets while nobody received (issue #14's review):
+ * such a poll receives itself once FOUND_RX_NS has passed since a poll
+ * last did.
+ * And the application got its completion and may now spin on memory,
+ * while an RDMA WRITE it waits for is only partly here (its first window
+ * rode in with the ACK; the rest follows as the ACKs reach the requester).
+ * With the engine off the sockets for the poll grace, the rest would wait
+ * that long: hand the sockets back to the engine now.  At most once per
+ * 100 us, so that applications that keep polling during bidirectional
+ * WRITE streams do not kick it per completion. */
+void exec_poll_found(struct uroce_dev *dev, uint64_t now)
+{
+	if (!dev->cfg.poll_progress)
+		return;
+	if (!now) {
+		now = now_ns();
+		poll_stamp(dev, now);
+		if ((int64_t)(now - atomic_load_explicit(&dev->eng.app_rx_ns, memory_order_relaxed)) >=
+		    (int64_t)FOUND_RX_NS)
+			poll_receive(dev, now);
+	}
+	if (atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) <= 0 || dev->cfg.handoff_defer)
+		return;
+	uint64_t last = atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed);
+	if (now - last >= HANDBACK_MIN_NS)
+		hand_back(dev, now, last);
+}
+
+/* An application that arms its CQ blocks for the event next: nobody polls
+ * any more, and the SEND that is to wake it must not wait for the engine's
+ * next look (ib_send_bw -e by UDP ran at ~1 GB/s instead of ~4).  Only a
+ * spin is handed back; otherwise the run of polls ends here, so that the
+ * drains of an event-driven application, each after its wake-up, do not
+ * add up to a spin. */
+void exec_poll_block(struct uroce_dev *dev)
+{
+	if (!dev->cfg.poll_progress || dev->cfg.handoff_defer)
+		return;
+	uint64_t now = now_ns();
+	uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
+	if (spin && (int64_t)(now - spin) < (int64_t)dev->cfg.poll_grace_us * 1000)
+		hand_back(dev, now, atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed));
+	else  /* the polls after the event start a run of their own */
+		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);
+}

@@ -125,6 +125,9 @@ void qp_enter_error(struct uroce_qp *qp)
 	/* an ACK deferred for a request to ride with (ack.c) acknowledges
 	 * what was placed: it leaves while the state still allows */
 	ack_now(qp);
+	/* no WRITE is under way in a QP that no longer receives (the engine's
+	 * spin and the hand-back count them: rx_writes_open) */
+	qp_set_in_write(qp, false);
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp_flush_queues(qp);
 }

@@ -72,13 +72,13 @@
 	X(UROCE_POLL_SPIN_US, poll_spin_us, uint, 0, UINT_MAX, 200, "200", \
 	  "polls of the CQs this close together, for 50 us or more, mean an application spins on " \
 	  "them and receives itself; polls further apart or in shorter runs leave receiving to the " \
-	  "engine") \
+	  "engine; `0`: never a spin") \
 	X(UROCE_ACK_DEFER_US, ack_defer_us, uint, 0, UINT_MAX, 20, "20", \
 	  "how long an owed ACK may wait for a request of its QP to leave with (the answer of a " \
 	  "request-response exchange); `0`: ACK at the end of each receive batch") \
 	X(UROCE_ENGINE_RT, engine_rt, bool, 0, 0, true, "on when permitted", \
 	  "`0`: keep the engine thread an ordinary thread; otherwise it takes `SCHED_FIFO` priority 1 " \
-	  "when permitted (root, CAP_SYS_NICE)") \
+	  "when permitted (root, CAP_SYS_NICE, RLIMIT_RTPRIO)") \
 	X(UROCE_NO_GSO, no_gso, set, 0, 0, false, "off", \
 	  "set (to any value, even `0`): one datagram per packet instead of UDP GSO bundles") \
 	X(UROCE_POLL_PROGRESS, poll_progress, bool, 0, 0, true, "1", \

@@ -7,7 +7,8 @@
 #
 #   progress.sh LAUNCHER ONESIDED_LAT [--path rings|udp] [--target BEHAVIOUR]...
 #               [--op read|write|fadd]... [--iters N] [--expect-timeout]
-#               [--engine-share PCT] [-- CLIENT ARGS...]
+#               [--engine-share PCT] [--engine-share-max PCT] [--target-arg ARG]...
+#               [-- CLIENT ARGS...]
 #
 # One run per (target, op), each a target and a client under `LAUNCHER run --`
 # on loopback (127.0.0.1, no namespace, no root).  --path udp sets
@@ -22,6 +23,9 @@
 # a target that polls now and then must not keep the engine off the receive
 # path (docs/architecture.md "Execution model"), which a pass alone does not
 # show, since its own polls would serve the operations too, only later.
+# --engine-share-max PCT: at most PCT % (a target that spins on its CQ
+# receives itself; the engine stays off the sockets).
+# --target-arg ARG: passed to the target (e.g. --target-burst=16).
 set -u
 
 usage() {
@@ -32,7 +36,7 @@ usage() {
 [ $# -ge 2 ] || usage
 launcher=$1 bin=$2
 shift 2
-path=rings iters=10000 expect_timeout=0 engine_share=""
+path=rings iters=10000 expect_timeout=0 engine_share="" engine_share_max="" targs=()
 targets=() ops=() extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -42,6 +46,8 @@ while [ $# -gt 0 ]; do
 	--iters) iters=$2; shift 2 ;;
 	--expect-timeout) expect_timeout=1; shift ;;
 	--engine-share) engine_share=$2; shift 2 ;;
+	--engine-share-max) engine_share_max=$2; shift 2 ;;
+	--target-arg) targs+=("$2"); shift 2 ;;
 	--) shift; extra=("$@"); break ;;
 	*) usage ;;
 	esac
@@ -78,7 +84,7 @@ trap 'echo "progress: interrupted" >&2; exit 1' INT TERM
 run_one() {
 	local target=$1 op=$2 t0=$SECONDS port crc src=0
 	rm -f "$tmp/port"
-	setsid env UROCE_STATS=1 "$launcher" run -- "$bin" --port=0 --port-file="$tmp/port" --target="$target" \
+	setsid env UROCE_STATS=1 "$launcher" run -- "$bin" --port=0 --port-file="$tmp/port" --target="$target" "${targs[@]}" \
 		>"$tmp/target.log" 2>&1 </dev/null &
 	server=$!
 	while [ ! -s "$tmp/port" ]; do
@@ -120,6 +126,17 @@ run_one() {
 		wait "$server"
 		src=$?
 		server=""
+	fi
+	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share_max" ]; then
+		local rx eng
+		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
+		eng=$(awk '$2 == "rx_by_engine" { print $3 }' "$tmp/target.log")
+		eng=${eng:-0}
+		if [ -z "$rx" ] || [ $((eng * 100)) -gt $((engine_share_max * rx)) ]; then
+			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets, more than $engine_share_max %"
+			return 1
+		fi
+		echo "progress: the engine received $eng of $rx packets"
 	fi
 	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share" ]; then
 		local rx eng
