@@ -30,6 +30,7 @@ struct uroce_engine {
 	_Atomic uint64_t app_run_ns;    /* start of the current run of polls close together */
 	_Atomic uint64_t app_spin_ns;   /* last poll of a run that has lasted SPIN_MIN_NS: a spin */
 	_Atomic uint64_t app_rx_ns;     /* an application's poll last ran the receive path */
+	_Atomic uint64_t app_post_ns;   /* an application's post, every POST_STAMP_EVERY-th (dev_post_stamp) */
 	_Alignas(64) _Atomic uint64_t handback_ns; /* last hand-back (exec_poll_found, exec_poll_block) */
 	atomic_bool stop;
 	atomic_bool sleeping;
@@ -85,6 +86,21 @@ static inline struct uroce_srq *dev_lookup_srq(struct uroce_dev *dev, uint32_t s
 	struct uroce_srq *s = atomic_load_explicit(&dev->srq_table[srqn & (UROCE_MAX_SRQ - 1)],
 						   memory_order_acquire);
 	return (s && s->srqn == srqn) ? s : NULL;
+}
+
+/* ibv_post_send, every POST_STAMP_EVERY-th call of a thread: an application
+ * that posts is busy with its verbs, and a long run of posts between two
+ * polls (ib_write_bw's requester posting a window of 4 KiB WRITEs by UDP,
+ * hundreds of microseconds) does not break its spin (exec/progress.c,
+ * poll_stamp); a program that polls, posts its answers and computes for
+ * long is no spin all the same.  A clock read per 8 posts, and a store. */
+#define POST_STAMP_EVERY 8
+static inline void dev_post_stamp(struct uroce_dev *dev)
+{
+	static _Thread_local unsigned posts;
+
+	if (++posts % POST_STAMP_EVERY == 0)
+		atomic_store_explicit(&dev->eng.app_post_ns, now_ns(), memory_order_relaxed);
 }
 
 /* A QP's responder starts or ends an RDMA WRITE of several packets; the

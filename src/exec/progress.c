@@ -110,6 +110,10 @@ int exec_progress(struct uroce_dev *dev, int budget)
 static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 {
 	int64_t gap = (int64_t)(now - atomic_load_explicit(&dev->eng.app_poll_ns, memory_order_acquire));
+	/* posts since the last poll count as polls (dev_post_stamp) */
+	int64_t gap_post = (int64_t)(now - atomic_load_explicit(&dev->eng.app_post_ns, memory_order_relaxed));
+	if (gap_post < gap)
+		gap = gap_post;
 
 	if (gap >= (int64_t)dev->cfg.poll_spin_us * 1000)
 		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);

@@ -181,6 +181,7 @@ static int post_send_list(struct uroce_qp *qp, struct ibv_send_wr *wr, struct ib
 	else
 		requester_run(qp);
 	pthread_mutex_unlock(&qp->lock);
+	dev_post_stamp(qp->dev);
 	return rc;
 }
 
