@@ -185,6 +185,8 @@ struct shm_ask {
 	uint64_t until;                  /* failed: not asked again before */
 };
 static struct shm_ask asks[SHM_ASKS];
+/* On CLOCK_MONOTONIC (asks_cond_init, from shm_self before any wait): a
+ * waiter waits at most SHM_ASK_WAIT_NS, then goes by UDP. */
 static pthread_cond_t asks_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic unsigned long asks_made;  /* shm_tx_test_asks */
 
@@ -241,6 +243,15 @@ static void fd_close_tracked(int fd)
 static _Atomic pid_t shm_pid;
 static pthread_once_t shm_fork_once = PTHREAD_ONCE_INIT;
 
+static void asks_cond_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&asks_cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 static void shm_atfork_child(void)
 {
 	atomic_store(&shm_pid, getpid());
@@ -251,7 +262,7 @@ static void shm_atfork_child(void)
 	}
 	pthread_mutex_init(&peers_lock, NULL);
 	pthread_mutex_init(&own_lock, NULL);
-	pthread_cond_init(&asks_cond, NULL);
+	asks_cond_init();
 	memset(asks, 0, sizeof(asks));  /* a parent thread's ask never ends here */
 	peers = NULL;  /* the parent's entries stay as they are, ours to drop only */
 	own_rx = NULL;
@@ -260,6 +271,7 @@ static void shm_atfork_child(void)
 static void shm_fork_install(void)
 {
 	atomic_store(&shm_pid, getpid());
+	asks_cond_init();  /* nobody waits on it yet: every waiter came through shm_self */
 	pthread_atfork(NULL, NULL, shm_atfork_child);
 }
 
@@ -416,6 +428,11 @@ static void populate(void *p, size_t len, bool write)
  * user namespace uid every other unmapped uid reads as the overflow uid
  * too, so no check of a uid would mean anything: no rings there. */
 #define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
+/* A coalesced waiter waits at most twice an ask's bound for the asker's
+ * answer (peer_resolve), then goes by UDP: an asker is never cancelled
+ * (cancellation is off across the public entries, shm_nocancel), so the
+ * bound is only a backstop. */
+#define SHM_ASK_WAIT_NS (2ull * SHM_CONNECT_WAIT_MS * 1000000ull)
 #define SHM_FDS_MAX 8           /* fds one answer may carry that we still close */
 
 static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -1141,6 +1158,7 @@ static void asks_forget(const uint8_t gid[16])
  * do; an entry whose owner died is dropped (freed with its last ring). */
 static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 {
+	uint64_t wait_until = 0;
 	for (;;) {
 		uint64_t now = mono_ns();
 		struct shm_peer *pe, *next;
@@ -1163,7 +1181,13 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 		if (!(pe = region_own(dgid))) {
 			struct shm_ask *a = ask_find(dgid);
 			if (a && a->pending) {
-				pthread_cond_wait(&asks_cond, &peers_lock);  /* its answer */
+				/* its answer, for a bounded time (SHM_ASK_WAIT_NS) */
+				if (!wait_until)
+					wait_until = now + SHM_ASK_WAIT_NS;
+				struct timespec ts = { .tv_sec = (time_t)(wait_until / 1000000000ull),
+						       .tv_nsec = (long)(wait_until % 1000000000ull) };
+				if (pthread_cond_timedwait(&asks_cond, &peers_lock, &ts) == ETIMEDOUT)
+					return NULL;
 				continue;
 			}
 			if (a && now < a->until)
@@ -1193,12 +1217,33 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 	}
 }
 
+/* The public entries that take peers_lock or may wait run with thread
+ * cancellation off (issue #13): a thread cancelled in the ask's poll
+ * would leave its slot pending for ever, one cancelled in the timed wait
+ * would exit holding peers_lock (pthread_cond_timedwait re-takes the
+ * mutex before acting on the cancellation, pthread_cancel(3)), and either
+ * would leak the ask's socket.  A cancellation asked for meanwhile is
+ * acted upon at the caller's next cancellation point. */
+static int shm_nocancel(void)
+{
+	int old = PTHREAD_CANCEL_ENABLE;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	return old;
+}
+
+static void shm_cancel_restore(int old)
+{
+	pthread_setcancelstate(old, NULL);
+}
+
 void shm_tx_prepare(const uint8_t dgid[16])
 {
+	int cs = shm_nocancel();
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
 	peer_resolve(dgid);
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 }
 
 bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
@@ -1278,6 +1323,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 {
 	struct shm_peer *pe;
 	struct shm_tx *tx = NULL;
+	int cs = shm_nocancel();
 
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
@@ -1297,6 +1343,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 		tx->users++;
 out:
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 	return tx;
 }
 
@@ -1304,6 +1351,7 @@ void shm_tx_detach(struct shm_tx *tx)
 {
 	if (!tx)
 		return;
+	int cs = shm_nocancel();
 	pthread_mutex_lock(&peers_lock);
 	struct shm_peer *pe = tx->peer;
 	bool ours = pe->pid == shm_self();
@@ -1330,6 +1378,7 @@ void shm_tx_detach(struct shm_tx *tx)
 		}
 	}
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 }
 /* Write the record at position pos (units long) and publish it.  The seq of
  * the unit after it is cleared first, so that the consumer, arriving there,

@@ -690,6 +690,77 @@ static void test_negative_cache(void)
 	waitpid(child, NULL, 0);
 }
 
+/* Review 2, item 1: threads cancelled while they ask (the asker in its
+ * poll, a coalesced waiter in its wait) leave nothing behind: no slot
+ * pending for ever, no peers_lock held.  The asker is cancelled once the
+ * silent listener has its connection (so it is at, or about to enter,
+ * its poll); then prepares of the same and of another address complete
+ * (within the test's own timeout: a helper thread that this test joins,
+ * alarm() the backstop). */
+static uint8_t cancel_gid[16];
+static void *prepare_thread(void *arg)
+{
+	shm_tx_prepare(arg ? (const uint8_t *)arg : cancel_gid);
+	for (;;)
+		pause();  /* a cancellation point: the cancel lands here at the latest */
+	return NULL;
+}
+
+static void *prepare_then_done(void *arg)
+{
+	shm_tx_prepare((const uint8_t *)arg);
+	return arg;
+}
+
+static bool prepare_completes(const uint8_t gid[16])
+{
+	pthread_t t;
+	void *ret = NULL;
+	if (pthread_create(&t, NULL, prepare_then_done, (void *)gid))
+		return false;
+	return pthread_join(t, &ret) == 0 && ret == gid;
+}
+
+static void on_cancel_hang(int sig)
+{
+	(void)sig;
+	static const char m[] = "not ok: test_cancelled_ask: a prepare after a cancelled ask hangs\n";
+	if (write(1, m, sizeof(m) - 1) < 0)
+		_exit(2);
+	_exit(1);
+}
+
+static void test_cancelled_ask(void)
+{
+	uint8_t other[16];
+	test_gid(cancel_gid, 70);
+	test_gid(other, 71);
+	int s = listen_at(cancel_gid, false);
+	CHECK(s >= 0, "a silent listener");
+	if (s < 0)
+		return;
+	signal(SIGALRM, on_cancel_hang);
+	alarm(20);
+	pthread_t asker, waiter;
+	CHECK(pthread_create(&asker, NULL, prepare_thread, NULL) == 0, "asker");
+	int c = accept(s, NULL, NULL);  /* the asker has connected: it polls for the answer */
+	CHECK(pthread_create(&waiter, NULL, prepare_thread, NULL) == 0, "waiter");
+	sched_yield();  /* the waiter is likely waiting for the asker's answer now (not asserted) */
+	pthread_cancel(waiter);
+	pthread_cancel(asker);
+	pthread_join(asker, NULL);
+	pthread_join(waiter, NULL);
+	if (c >= 0)
+		close(c);
+	CHECK(prepare_completes(other), "a prepare of another address completes");
+	close(s);
+	s = listen_at(cancel_gid, true);  /* a stale file: refused at once */
+	CHECK(prepare_completes(cancel_gid), "a prepare of the same address completes");
+	CHECK(!shm_tx_attach(cancel_gid), "and finds no region");
+	alarm(0);
+	signal(SIGALRM, SIG_DFL);
+}
+
 /* Issue #13, item 5: a connection that cannot be accepted (no fd left)
  * does not stay queued: the listener is not readable after a serve (else
  * the level-triggered engine would wake for it again and again). */
@@ -1128,6 +1199,7 @@ int main(void)
 	test_squatted_name();
 	test_hostile_handover();
 	test_negative_cache();
+	test_cancelled_ask();
 	test_accept_fails();
 	test_fork_parent_dies();
 	test_truncation_refused();
