@@ -27,11 +27,15 @@
  * hands the fd to each connecting process of its own user (SCM_RIGHTS).
  *
  * Lifetime: the owner holds an exclusive flock on the region for its life,
- * so a free lock means a dead owner; a producer holds an OFD lock on a
- * byte of its ring the same way (ring_lock).  Both locks belong to an open
- * file description, so every producer process opens the region afresh
- * through /proc/self/fd (region_reopen) instead of keeping the owner's
- * description that SCM_RIGHTS passed.  A region vanishes with the last
+ * on a description nobody else ever gets: it hands each producer a fresh
+ * open of the region (shm_rx_serve), so only the owner's own description
+ * holds the lock and a held lock means a live owner (a producer that kept
+ * the owner's description would otherwise keep a dead owner "alive":
+ * issue #13, second review).  A producer holds an OFD lock on a byte of
+ * its ring the same way (ring_lock).  Both locks belong to an open file
+ * description, so every producer process opens the region afresh through
+ * /proc/self/fd (region_reopen) instead of keeping the description that
+ * SCM_RIGHTS passed.  A region vanishes with the last
  * process that holds it: nothing is left behind to sweep.  A ring's pages
  * are allocated (fallocate) when a flow claims it, so memory that runs
  * out refuses the claim and the flow uses UDP. */
@@ -679,17 +683,29 @@ int shm_rx_serve(struct shm_rx *rx)
 				return -1;
 			continue;
 		}
+		/* A description of its own for the producer, never rx->fd's:
+		 * that one holds our flock, and anyone keeping a copy of it would
+		 * keep us "alive" after we died (owner_alive), and with us a
+		 * region that nobody reads (issue #13, second review).  The
+		 * producer reopens it anyway (region_reopen). */
+		int give = -1;
 		if (peer_is_us(c)) {
+			char path[32];
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", rx->fd);
+			give = open(path, O_RDWR | O_CLOEXEC);
+		}
+		if (give >= 0) {
 			struct fd_msg m;
 			fd_msg_init(&m, CMSG_SPACE(sizeof(int)));
 			struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
 			cm->cmsg_level = SOL_SOCKET;
 			cm->cmsg_type = SCM_RIGHTS;
 			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &rx->fd, sizeof(int));
+			memcpy(CMSG_DATA(cm), &give, sizeof(int));
 			if (sendmsg(c, &m.mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 				/* the producer gave up waiting: it uses UDP */
 			}
+			close(give);
 		}
 		close(c);
 	}

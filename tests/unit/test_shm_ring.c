@@ -515,6 +515,53 @@ static void test_dead_owner(void)
 	shm_tx_detach(tx);
 }
 
+/* The fd gid's owner hands to whoever connects, received as a careless
+ * (or hostile) producer would and kept as it came; -1: none. */
+static int receive_region_fd(const uint8_t gid[16])
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+		return -1;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	char d;
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+	struct iovec iov = { &d, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+	int fd = -1;
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && recvmsg(s, &mh, MSG_CMSG_CLOEXEC) == 1) {
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	}
+	if (s >= 0)
+		close(s);
+	return fd;
+}
+
+/* Review 2, item 2: a process that keeps the fd it was handed does not
+ * keep a dead owner "alive": the owner hands out a description of its
+ * own, not the one that holds its flock, so a flow attached after the
+ * owner died finds no region (on the old code it got a ring nobody reads). */
+static void test_kept_fd_not_alive(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 72);
+	pid_t child;
+	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
+	int kept = receive_region_fd(gid);
+	CHECK(kept >= 0, "a producer received the region's fd and keeps it");
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(tx, "a live owner's region is attached to");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	struct shm_tx *tx2 = shm_tx_attach(gid);
+	CHECK(!tx2, "the owner died: no ring, whoever keeps the fd it handed out");
+	shm_tx_detach(tx2);
+	shm_tx_detach(tx);
+	if (kept >= 0)
+		close(kept);
+}
+
 /* A listener at gid's socket file that never answers (a stopped owner,
  * or a process of ours that took the path): its fd.  With stale, closed
  * again at once: the file stays, and connects are refused. */
@@ -1191,6 +1238,7 @@ int main(void)
 	test_order_and_wrap();
 	test_hostile_producer();
 	test_dead_owner();
+	test_kept_fd_not_alive();
 	test_dead_producer();
 	test_dead_producer_reaped();
 	test_rings_shared();
