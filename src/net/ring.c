@@ -44,10 +44,11 @@ static int ring_open(struct uroce_backend *be)
 
 	if (!p)
 		return -ENOMEM;
-	for (int i = 0; i < cfg->ngids; i++)
-		p->rx[i] = shm_rx_open(cfg->gids[i]);
-	p->n = cfg->ngids;
 	p->stats = be->net->stats;
+	for (int i = 0; i < cfg->ngids; i++)
+		if (!(p->rx[i] = shm_rx_open(cfg->gids[i])) && !shm_dir_refused())
+			UROCE_COUNT(p->stats, UC_shm_region_failed, 1);
+	p->n = cfg->ngids;
 	if (cfg->ngids && shm_dir_refused())
 		UROCE_COUNT(p->stats, UC_shm_dir_refused, 1);
 	be->priv = p;

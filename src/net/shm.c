@@ -582,12 +582,37 @@ static void *map_region(int fd, size_t len, off_t off)
 
 static void asks_forget(const uint8_t gid[16]);
 
+/* A region's seals, as F_GET_SEALS reports them: ours (no change of size,
+ * no further seals), and at most F_SEAL_EXEC besides, which the kernel
+ * adds itself under vm.memfd_noexec=1 or 2 (Linux 6.3+, memfd_create(2)
+ * MFD_NOEXEC_SEAL; no mapping of ours is executable).  Anything else --
+ * F_SEAL_WRITE, F_SEAL_FUTURE_WRITE -- would make our stores fault or
+ * our mappings fail: refused (issue #13, second review). */
+#ifndef F_SEAL_EXEC
+#define F_SEAL_EXEC 0x0020
+#endif
+#define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+bool shm_seals_ok(int seals)
+{
+	return seals >= 0 && (seals & ~F_SEAL_EXEC) == SHM_SEALS;
+}
+
+/* Once per process: why no region could be made (ring.c counts each). */
+static void region_failed(const char *what)
+{
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	int e = errno;
+	if (!atomic_flag_test_and_set(&said))
+		LOG_INFO("uroce: no same-host ring region (%s: %s): UDP", what, strerror(e));
+	errno = e;
+}
+
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
 	void *m = MAP_FAILED;
 	struct stat st;
-	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	const int seals = SHM_SEALS;
 
 	if (!rx)
 		return NULL;
@@ -599,22 +624,32 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 		reserve_open();
 	/* locked and sealed before anyone else can hold it */
 	rx->fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (rx->fd < 0)
+	if (rx->fd < 0) {
+		region_failed("memfd_create");
 		goto fail;
+	}
 	fd_track(rx->fd);
 	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
-	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0)
+	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0) {
+		region_failed("sizing and sealing the memfd");
 		goto fail;
+	}
 	/* Until it was sealed, a process of our user could open it through
 	 * /proc/PID/fd and seal it further (F_SEAL_WRITE: our stores would
 	 * fault; F_SEAL_SEAL first: our seals fail) or resize it (issue #13):
-	 * exactly our seals and our size, or it is not used. */
-	if (fcntl(rx->fd, F_GET_SEALS) != seals || fstat(rx->fd, &st) < 0 || st.st_size != (off_t)SHM_REGION_BYTES)
+	 * our seals (shm_seals_ok) and our size, or it is not used. */
+	if (!shm_seals_ok(fcntl(rx->fd, F_GET_SEALS)) || fstat(rx->fd, &st) < 0 ||
+	    st.st_size != (off_t)SHM_REGION_BYTES) {
+		errno = EPERM;
+		region_failed("the memfd's seals or size changed");
 		goto fail;
+	}
 	m = map_region(rx->fd, SHM_REGION_BYTES, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
-	if (m == MAP_FAILED || !rx->bufs)
+	if (m == MAP_FAILED || !rx->bufs) {
+		region_failed("mapping the region");
 		goto fail;
+	}
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
 	rx->r->nrings = SHM_RINGS;
@@ -623,8 +658,10 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	memcpy(rx->r->gid, gid, 16);
 	memcpy(rx->gid, gid, 16);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-	if ((rx->lfd = region_listen(gid, rx->path)) < 0)
+	if ((rx->lfd = region_listen(gid, rx->path)) < 0) {
+		region_failed("its rendezvous socket");
 		goto fail;
+	}
 	fd_track(rx->lfd);
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
@@ -976,8 +1013,8 @@ static int region_reopen(int fd)
 	int seals = fcntl(fd, F_GET_SEALS);
 	int nfd = -1;
 
-	/* exactly the owner's seals: F_SEAL_WRITE would make our stores fault */
-	if (seals == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) &&
+	/* the owner's seals (shm_seals_ok): F_SEAL_WRITE would make our stores fault */
+	if (shm_seals_ok(seals) &&
 	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		nfd = open(path, O_RDWR | O_CLOEXEC);

@@ -41,6 +41,9 @@ int shm_rx_listen_fd(const struct shm_rx *rx);
  * -1: a connection could not be accepted (no memory), the socket stays
  * readable: the caller stops watching it until it serves again. */
 int shm_rx_serve(struct shm_rx *rx);
+/* Are these F_GET_SEALS bits a region's?  Its own seals, and F_SEAL_EXEC
+ * besides (vm.memfd_noexec adds it), nothing else (shm.c). */
+bool shm_seals_ok(int seals);
 /* No rings in this process: the rendezvous directory is not private, or
  * the euid is the overflow uid (shm.c, "Rendezvous"). */
 bool shm_dir_refused(void);

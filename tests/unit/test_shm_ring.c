@@ -706,6 +706,22 @@ static void test_hostile_handover(void)
 	}
 }
 
+/* Review 2, item 4: under vm.memfd_noexec=1/2 the kernel adds F_SEAL_EXEC
+ * (0x20) to our seals, F_GET_SEALS reads 0x27: still a region's (a test
+ * cannot set the sysctl, so the check itself); a seal against writes is
+ * not, nor are missing seals. */
+static void test_seals_check(void)
+{
+	const int ours = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	CHECK(shm_seals_ok(ours), "our seals (%#x)", ours);
+	CHECK(shm_seals_ok(0x27), "ours and F_SEAL_EXEC (0x27, vm.memfd_noexec)");
+	CHECK(!shm_seals_ok(ours | F_SEAL_WRITE), "F_SEAL_WRITE refused");
+	CHECK(!shm_seals_ok(0x27 | F_SEAL_WRITE), "F_SEAL_WRITE with F_SEAL_EXEC refused");
+	CHECK(!shm_seals_ok(ours | 0x10), "F_SEAL_FUTURE_WRITE refused");
+	CHECK(!shm_seals_ok(F_SEAL_SHRINK | F_SEAL_SEAL | 0x20), "a seal missing refused");
+	CHECK(!shm_seals_ok(-1), "no seals to read (not a memfd) refused");
+}
+
 /* Issue #13, item 2: an owner that never answers is asked once, not once
  * per attach (the failure is cached), and a second attach costs no wait. */
 static void test_negative_cache(void)
@@ -1246,6 +1262,7 @@ int main(void)
 	test_calls_appear_whole();
 	test_squatted_name();
 	test_hostile_handover();
+	test_seals_check();
 	test_negative_cache();
 	test_cancelled_ask();
 	test_accept_fails();
