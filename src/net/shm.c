@@ -690,12 +690,15 @@ int shm_rx_listen_fd(const struct shm_rx *rx)
  * cannot be accepted for want of an fd is accepted on the spare one and
  * closed (the producer goes by UDP): left queued it would keep the
  * level-triggered listener readable and the engine awake for it (issue
- * #13).  -1 when one cannot be accepted at all (ENOMEM): the caller stops
- * watching the socket until its next serve pass (ring.c). */
+ * #13).  -1 when one cannot be accepted at all (ENOMEM, or no fd and no
+ * spare): the caller stops watching the socket and serves again within
+ * SERVE_STALLED_NS (ring.c, exec/engine.c). */
 int shm_rx_serve(struct shm_rx *rx)
 {
 	if (!rx || rx->pid != shm_self())
 		return 0;
+	if (atomic_load(&reserve_fd) < 0)
+		reserve_open();  /* spent on an earlier connection while no fd was free */
 	for (int k = 0; k < 64; k++) {
 		int c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fds_retry(c))

@@ -9,8 +9,11 @@
  * is sealed), so a thread that blocks SIGBUS survives the attempt; a
  * forked child neither produces into nor gives back its parent's rings,
  * and holds nothing of them when its parent dies. */
+#include "exec/exec.h"
 #include "net/net.h"
 #include "net/shm.h"
+#include "util/counters.h"
+#include "util/stats.h"
 #include <assert.h>
 #include <poll.h>
 #include <pthread.h>
@@ -881,6 +884,109 @@ static void test_accept_fails(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "hard limit: one wake-up, not a spin (status %#x)", status);
 }
 
+/* Connect to gid's socket and wait up to wait_ms for the region's fd:
+ * 1 an fd came (closed again), 0 the owner closed the connection without
+ * one, -1 no answer (or no connection). */
+static int ask_raw(const uint8_t gid[16], int wait_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+		return -1;
+	/* non-blocking: the backlog of unanswered connections fills up (EAGAIN) */
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int r = -1;
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		struct pollfd pfd = { .fd = s, .events = POLLIN };
+		if (poll(&pfd, 1, wait_ms) == 1) {
+			char d;
+			union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+			struct iovec iov = { &d, 1 };
+			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+					     .msg_controllen = sizeof(u.b) };
+			ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+			struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+			r = 0;
+			if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+				close(fd);
+				r = 1;
+			}
+		}
+	}
+	if (s >= 0)
+		close(s);
+	return r;
+}
+
+/* The owner of the stalled-listener test: a device with its engine (UDP
+ * on its own 127.64.x.y, and rings), run out of fds at the hard limit,
+ * then given some back.  It tells the parent its GID, waits until its
+ * engine stalled a listener, frees its fds, and says so. */
+static void stalled_owner(int to_parent, int from_parent)
+{
+	struct uroce_dev *dev = uroce_dev_open(NULL, true);
+	char c = 0;
+	if (!dev || write(to_parent, dev->cfg.gids[0], 16) != 16)
+		_exit(1);
+	int held[8];
+	for (int i = 0; i < 8; i++)
+		held[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int lowest = dup(0);  /* every fd below it is open */
+	close(lowest);
+	struct rlimit lim = { (rlim_t)lowest, (rlim_t)lowest };
+	if (setrlimit(RLIMIT_NOFILE, &lim) < 0 || write(to_parent, &c, 1) != 1)
+		_exit(1);
+	/* the parent's connections: the spare fd takes the first, the next
+	 * cannot be accepted: the listener is unwatched */
+	while (!__atomic_load_n(&dev->stats->counters[UC_shm_serve_stalled], __ATOMIC_RELAXED))
+		usleep(1000);
+	for (int i = 0; i < 8; i++)
+		close(held[i]);
+	if (write(to_parent, &c, 1) != 1 || read(from_parent, &c, 1) < 0)
+		_exit(1);
+	_exit(0);
+}
+
+/* Review 2, item 3: a listener unwatched for want of an fd is watched
+ * again, on an idle device too (no traffic brings a serve pass): once fds
+ * are free, a producer gets the region (it never did on the old code:
+ * every ask went unanswered).  Bounded by the attempts, not timed. */
+static void test_stalled_listener_rearmed(void)
+{
+	int up[2], down[2];
+	if (pipe(up) < 0 || pipe(down) < 0)
+		return;
+	pid_t child = fork();
+	if (child == 0) {
+		close(up[0]);
+		close(down[1]);
+		stalled_owner(up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	uint8_t gid[16];
+	char c;
+	CHECK(read(up[0], gid, 16) == 16 && read(up[0], &c, 1) == 1, "the owner's device is open, its fds used up");
+	/* connections until the owner says its listener stalled: the spare
+	 * one is closed (0), the next one is left unanswered */
+	int closed = 0;
+	struct pollfd pfd = { .fd = up[0], .events = POLLIN };
+	for (int i = 0; i < 200 && poll(&pfd, 1, 0) == 0; i++)
+		closed += ask_raw(gid, 20) == 0;
+	CHECK(poll(&pfd, 1, 10000) == 1 && read(up[0], &c, 1) == 1, "the owner's listener stalled and its fds are free");
+	int got = 0;
+	for (int i = 0; i < 100 && got != 1; i++)
+		got = ask_raw(gid, 50);
+	CHECK(got == 1, "then a producer gets the region (%d; %d closed on the spare fd)", got, closed);
+	if (write(down[1], &c, 1) != 1) {
+	}
+	int status;
+	waitpid(child, &status, 0);
+	close(up[0]);
+	close(down[1]);
+}
+
 /* Issue #13, item 8: a producer that forked a child and then died: the
  * child holds nothing of the region (the fd closed at the fork, the
  * mappings not inherited), so the consumer reaps the dead producer's ring
@@ -1266,6 +1372,7 @@ int main(void)
 	test_negative_cache();
 	test_cancelled_ask();
 	test_accept_fails();
+	test_stalled_listener_rearmed();
 	test_fork_parent_dies();
 	test_truncation_refused();
 	test_fork();
