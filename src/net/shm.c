@@ -421,10 +421,16 @@ static void populate(void *p, size_t len, bool write)
  * $XDG_RUNTIME_DIR/uroce when that is a directory of ours of mode 0700,
  * else /dev/shm/uroce-<euid>.  Every one must be a directory (not a
  * symlink) owned by us, of mode 0700, or there are no rings (UDP): a
- * directory another user made first is theirs.  So another user cannot
- * squat, flood or even wake the socket (the abstract names of before
- * could all be: issue #13), and a producer needs no scan: the address
- * names one file.  Binding the UDP address made the address ours, so its
+ * directory another user made first is theirs.  The directory is opened
+ * once (O_PATH) and checked by that fd, and every bind and connect goes
+ * through /proc/self/fd/<it>, so a directory deleted and made again by
+ * someone else later is never used (issue #13, second review).  So a
+ * process of another user cannot squat, flood or wake the socket (the
+ * abstract names of before could all be: issue #13) -- root can, and any
+ * process of our own user, which may bind rx.<ns>.<any gid> and answer
+ * for an address that is not its own (README "Security model": our own
+ * user's processes are trusted) -- and a producer needs no scan: the
+ * address names one file.  Binding the UDP address made the address ours, so its
  * new owner replaces a socket file an earlier owner left (killed), and a
  * dead owner's file refuses a connect at once (ECONNREFUSED).  Both ends
  * still check the other's uid (SO_PEERCRED: root may connect anywhere),
@@ -439,17 +445,31 @@ static void populate(void *p, size_t len, bool write)
 #define SHM_ASK_WAIT_NS (2ull * SHM_CONNECT_WAIT_MS * 1000000ull)
 #define SHM_FDS_MAX 8           /* fds one answer may carry that we still close */
 
-static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* its name, for messages */
+static int shm_dirfd = -1;  /* the directory itself (O_PATH): every bind and connect goes through it */
 static bool shm_dir_ok;
 static unsigned long shm_netns;
 static pthread_once_t shm_dir_once = PTHREAD_ONCE_INIT;
 
-static bool dir_private(const char *path)
+/* An O_PATH fd of `name` under `parent` (AT_FDCWD: name is absolute), made
+ * if need be, if it is a directory (not a symlink: O_NOFOLLOW) of ours of
+ * mode 0700; -1 otherwise.  The fd, not the path, is what is checked and
+ * then used: a directory deleted and made again by another user later
+ * (systemd-logind's RemoveIPC, tmp cleaners) is never the one we bind in
+ * (issue #13, second review: the path was checked once, and later binds
+ * landed in whatever directory then had the name). */
+static int dir_private_fd(int parent, const char *name, bool make)
 {
 	struct stat st;
-	if (mkdir(path, 0700) == 0 && chmod(path, 0700) < 0)  /* the umask may have taken bits */
-		return false;
-	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0700;
+	if (make && mkdirat(parent, name, 0700) == 0 && fchmodat(parent, name, 0700, 0) < 0)  /* the umask may have taken bits */
+		return -1;
+	int fd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+			(st.st_mode & 07777) != 0700)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
 }
 
 static void shm_dir_init(void)
@@ -467,16 +487,21 @@ static void shm_dir_init(void)
 	if (stat("/proc/self/ns/net", &st) == 0)
 		shm_netns = (unsigned long)st.st_ino;
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int xfd = me != 0 && xdg && *xdg == '/' ? dir_private_fd(AT_FDCWD, xdg, false) : -1;
 	int n;
-	if (me == 0)
+	if (me == 0) {
 		n = snprintf(shm_dir, sizeof(shm_dir), "/run/uroce");
-	else if (xdg && *xdg == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == me &&
-		 (st.st_mode & 07777) == 0700)
+		shm_dirfd = dir_private_fd(AT_FDCWD, shm_dir, true);
+	} else if (xfd >= 0) {
 		n = snprintf(shm_dir, sizeof(shm_dir), "%s/uroce", xdg);
-	else
+		shm_dirfd = dir_private_fd(xfd, "uroce", true);
+	} else {
 		n = snprintf(shm_dir, sizeof(shm_dir), "/dev/shm/uroce-%u", (unsigned)me);
-	/* room for "/rx.<inode>.<32 hex digits>" */
-	shm_dir_ok = (unsigned long)me != overflow && n > 0 && (size_t)n + 48 < sizeof(shm_dir) && dir_private(shm_dir);
+		shm_dirfd = dir_private_fd(AT_FDCWD, shm_dir, true);
+	}
+	if (xfd >= 0)
+		close(xfd);
+	shm_dir_ok = (unsigned long)me != overflow && n > 0 && shm_dirfd >= 0;
 	if (!shm_dir_ok)
 		LOG_INFO("uroce: no same-host rings: %s is not a private directory of uid %u (or the uid is the overflow uid): UDP",
 			 shm_dir, (unsigned)me);
@@ -495,7 +520,8 @@ static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t
 		return false;
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/rx.%lu.", shm_dir, shm_netns);
+	/* through the directory's fd (dir_private_fd): the one checked */
+	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/rx.%lu.", shm_dirfd, shm_netns);
 	for (int i = 0; i < 16 && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
 		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", gid[i]);
 	*len = (socklen_t)sizeof(*sa);

@@ -1352,11 +1352,75 @@ static void test_foreign_sigbus(void)
 	      "a foreign SIGBUS kills, or reaches the handler before ours (status %#x)", status);
 }
 
+/* Review 2, item 5: the rendezvous directory is deleted and made again by
+ * another user after the first region (RemoveIPC, a tmp cleaner; here
+ * uid+1, mode 0777 so that a bind there would succeed): the next region's
+ * socket is not in it (on the old code it was: the path was checked once).
+ * Run in a fresh child before anything else has set the process's
+ * directory: as root with the effective uid of an unused user, its
+ * XDG_RUNTIME_DIR a directory of that user's.  Exit status: 0 ok, 1 the
+ * socket landed in the other user's directory, 2 no region at all, 77 not
+ * root. */
+static int dir_replaced_child(void)
+{
+	if (geteuid() != 0)
+		return 77;
+	uid_t u = 61000 + (uid_t)(getpid() % 1000);
+	char xdg[64], dir[80], old[96];
+	snprintf(xdg, sizeof(xdg), "/tmp/uroce-test-dir.%d", (int)getpid());
+	snprintf(dir, sizeof(dir), "%s/uroce", xdg);
+	snprintf(old, sizeof(old), "%s/uroce.gone", xdg);
+	if (mkdir(xdg, 0700) < 0 || chown(xdg, u, u) < 0 || setenv("XDG_RUNTIME_DIR", xdg, 1) < 0 ||
+	    setresuid((uid_t)-1, u, 0) < 0)
+		return 2;
+	uint8_t g1[16], g2[16];
+	test_gid(g1, 80);
+	test_gid(g2, 81);
+	struct shm_rx *a = shm_rx_open(g1);
+	int rc = a ? 0 : 2;
+	/* as root again (the saved uid): the directory goes, another user's comes */
+	if (rc == 0 && (seteuid(0) < 0 || rename(dir, old) < 0 || mkdir(dir, 0777) < 0 || chmod(dir, 0777) < 0 ||
+			chown(dir, u + 1, u + 1) < 0 || seteuid(u) < 0))
+		rc = 2;
+	struct shm_rx *b = rc == 0 ? shm_rx_open(g2) : NULL;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, "rx.", 3))
+			rc = 1;
+	if (d)
+		closedir(d);
+	(void)b;  /* NULL (its directory is gone) or in the checked one: both fine */
+	if (seteuid(0) == 0) {
+		char cmd[160];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", xdg);
+		if (system(cmd) != 0)
+			rc = rc ? rc : 2;
+	}
+	return rc;
+}
+
+static void test_dir_replaced(void)
+{
+	pid_t child = fork();
+	if (child == 0)
+		_exit(dir_replaced_child());
+	int status = 0;
+	waitpid(child, &status, 0);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+		printf("skip: the directory-replaced test needs root\n");
+		return;
+	}
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a region made after the directory was replaced by another user's is not in it (status %#x)", status);
+}
+
 int main(void)
 {
 	/* an address of this test's own, unlike any device's */
 	gid_a[13] = (uint8_t)(getpid() >> 8);
 	gid_a[14] = (uint8_t)getpid();
+	test_dir_replaced();  /* first: before this process has a rendezvous directory */
 	test_order_and_wrap();
 	test_hostile_producer();
 	test_dead_owner();
