@@ -223,11 +223,32 @@ static void fd_untrack(int fd)
 	}
 }
 
+/* An fd opened but not yet in the table, or out of it but not yet closed,
+ * would be inherited by a child forked in between (issue #13, second
+ * review): every open-and-track and untrack-and-close holds fork_lock,
+ * and fork waits for it (pthread_atfork: shm_fork_prepare).  None of
+ * those sequences blocks (an open of /proc/self/fd, a memfd_create, a
+ * bind, a non-blocking recvmsg, a close), and nothing else is taken
+ * inside it. */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void shm_fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_lock);
+}
+
+static void shm_fork_parent(void)
+{
+	pthread_mutex_unlock(&fork_lock);
+}
+
 static void fd_close_tracked(int fd)
 {
 	if (fd >= 0) {
+		pthread_mutex_lock(&fork_lock);
 		fd_untrack(fd);
 		close(fd);
+		pthread_mutex_unlock(&fork_lock);
 	}
 }
 
@@ -259,6 +280,7 @@ static void asks_cond_init(void)
 static void shm_atfork_child(void)
 {
 	atomic_store(&shm_pid, getpid());
+	pthread_mutex_init(&fork_lock, NULL);  /* held by the forking thread (shm_fork_prepare) */
 	for (unsigned i = 0; i < SHM_FDTAB; i++) {
 		int v = atomic_exchange(&fdtab[i], 0);
 		if (v > 0)
@@ -276,7 +298,7 @@ static void shm_fork_install(void)
 {
 	atomic_store(&shm_pid, getpid());
 	asks_cond_init();  /* nobody waits on it yet: every waiter came through shm_self */
-	pthread_atfork(NULL, NULL, shm_atfork_child);
+	pthread_atfork(shm_fork_prepare, shm_fork_parent, shm_atfork_child);
 }
 
 static pid_t shm_self(void)
@@ -649,12 +671,14 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	if (atomic_load(&reserve_fd) < 0)
 		reserve_open();
 	/* locked and sealed before anyone else can hold it */
+	pthread_mutex_lock(&fork_lock);
 	rx->fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	fd_track(rx->fd);
+	pthread_mutex_unlock(&fork_lock);
 	if (rx->fd < 0) {
 		region_failed("memfd_create");
 		goto fail;
 	}
-	fd_track(rx->fd);
 	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
 	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0) {
 		region_failed("sizing and sealing the memfd");
@@ -684,11 +708,14 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	memcpy(rx->r->gid, gid, 16);
 	memcpy(rx->gid, gid, 16);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-	if ((rx->lfd = region_listen(gid, rx->path)) < 0) {
+	pthread_mutex_lock(&fork_lock);
+	rx->lfd = region_listen(gid, rx->path);
+	fd_track(rx->lfd);
+	pthread_mutex_unlock(&fork_lock);
+	if (rx->lfd < 0) {
 		region_failed("its rendezvous socket");
 		goto fail;
 	}
-	fd_track(rx->lfd);
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
 	own_rx = rx;
@@ -755,6 +782,7 @@ int shm_rx_serve(struct shm_rx *rx)
 		 * region that nobody reads (issue #13, second review).  The
 		 * producer reopens it anyway (region_reopen). */
 		int give = -1;
+		pthread_mutex_lock(&fork_lock);  /* a child forked meanwhile must not inherit it */
 		if (peer_is_us(c)) {
 			char path[32];
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", rx->fd);
@@ -773,6 +801,7 @@ int shm_rx_serve(struct shm_rx *rx)
 			}
 			close(give);
 		}
+		pthread_mutex_unlock(&fork_lock);
 		close(c);
 	}
 	return 0;
@@ -1034,7 +1063,8 @@ static bool owner_alive(int fd)
  * of our own: the owner's flock and our ring locks must not be one) if it
  * is one: a memfd of our own user, sealed against any change of size and
  * nothing else (F_GET_SEALS fails on anything but a memfd), of a region's size, whose
- * owner lives.  The caller's fd is closed in any case.  -1 otherwise. */
+ * owner lives, tracked (fd_track).  The caller's fd, tracked too, is
+ * closed in any case.  -1 otherwise. */
 static int region_reopen(int fd)
 {
 	struct stat st;
@@ -1046,15 +1076,18 @@ static int region_reopen(int fd)
 	if (shm_seals_ok(seals) &&
 	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		pthread_mutex_lock(&fork_lock);
 		nfd = open(path, O_RDWR | O_CLOEXEC);
+		fd_track(nfd);
+		pthread_mutex_unlock(&fork_lock);
 		struct stat nst;
 		/* the same file, still (the link is the fd's own) */
 		if (nfd >= 0 && (fstat(nfd, &nst) < 0 || nst.st_ino != st.st_ino || nst.st_dev != st.st_dev || !owner_alive(nfd))) {
-			close(nfd);
+			fd_close_tracked(nfd);
 			nfd = -1;
 		}
 	}
-	close(fd);
+	fd_close_tracked(fd);
 	return nfd;
 }
 
@@ -1082,6 +1115,9 @@ static int region_ask(const uint8_t gid[16])
 		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
 			struct fd_msg m;
 			fd_msg_init(&m, sizeof(m.u.b));
+			/* the fds it brings are ours from here: tracked or closed
+			 * before a fork can copy them (fork_lock) */
+			pthread_mutex_lock(&fork_lock);
 			ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 			int nfds = 0, ncm = 0, got = -1;
 			/* with MSG_CTRUNC the fds that fit were installed: closed too */
@@ -1100,9 +1136,10 @@ static int region_ask(const uint8_t gid[16])
 				}
 			}
 			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
-				fd = got;
+				fd_track(fd = got);
 			else if (got >= 0)
 				close(got);
+			pthread_mutex_unlock(&fork_lock);
 		}
 	}
 	close(s);
@@ -1131,7 +1168,6 @@ static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
 {
 	if (fd < 0 || (fd = region_reopen(fd)) < 0)
 		return NULL;
-	fd_track(fd);
 	struct shm_region *r = header_map(fd, dgid);
 	struct shm_peer *pe = r ? calloc(1, sizeof(*pe)) : NULL;
 	uint32_t tag = 0;
@@ -1162,7 +1198,10 @@ static struct shm_peer *region_own(const uint8_t dgid[16])
 	pthread_mutex_lock(&own_lock);
 	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
 		if (!memcmp(rx->gid, dgid, 16)) {
+			pthread_mutex_lock(&fork_lock);
 			fd = fcntl(rx->fd, F_DUPFD_CLOEXEC, 0);
+			fd_track(fd);
+			pthread_mutex_unlock(&fork_lock);
 			break;
 		}
 	pthread_mutex_unlock(&own_lock);

@@ -1352,6 +1352,71 @@ static void test_foreign_sigbus(void)
 	      "a foreign SIGBUS kills, or reaches the handler before ours (status %#x)", status);
 }
 
+/* Review 2, item 6 (best effort: a race, so it may pass on the old code
+ * too, but never fails on the fixed one): a child forked while another
+ * thread opens and closes regions and their handed-over fds inherits no
+ * region fd (each open-and-track, untrack-and-close is one step for fork). */
+static _Atomic bool churn_stop;
+static void *churn_regions(void *arg)
+{
+	const uint8_t *peer = arg;
+	uint8_t own[16];
+	test_gid(own, 91);
+	while (!atomic_load(&churn_stop)) {
+		struct shm_rx *rx = shm_rx_open(own);
+		shm_tx_detach(shm_tx_attach(own));  /* region_own: a dup, reopened, closed */
+		shm_rx_close(rx);
+		shm_tx_prepare(peer);  /* an ask: a received fd, reopened, closed */
+		shm_tx_detach(shm_tx_attach(peer));
+	}
+	return NULL;
+}
+
+static bool holds_region_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	bool found = false;
+	while (!found && d && (e = readdir(d))) {
+		char path[300], link[300];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			found = !strncmp(link, "/memfd:uroce-rx", 15);
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static void test_fork_gaps(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 90);
+	pid_t owner;
+	CHECK(in_child(child_opens_region, gid, &owner), "a child's region");
+	atomic_store(&churn_stop, false);
+	pthread_t t;
+	if (pthread_create(&t, NULL, churn_regions, gid))
+		return;
+	int inherited = 0;
+	for (int i = 0; i < 300; i++) {
+		pid_t c = fork();
+		if (c == 0)
+			_exit(holds_region_fd());
+		int status = 0;
+		waitpid(c, &status, 0);
+		inherited += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	}
+	atomic_store(&churn_stop, true);
+	pthread_join(t, NULL);
+	CHECK(inherited == 0, "forked children inherited no region fd (%d of 300 did)", inherited);
+	kill(owner, SIGKILL);
+	waitpid(owner, NULL, 0);
+}
+
 /* Review 2, item 5: the rendezvous directory is deleted and made again by
  * another user after the first region (RemoveIPC, a tmp cleaner; here
  * uid+1, mode 0777 so that a bind there would succeed): the next region's
@@ -1440,6 +1505,7 @@ int main(void)
 	test_fork_parent_dies();
 	test_truncation_refused();
 	test_fork();
+	test_fork_gaps();
 	test_foreign_sigbus();
 	if (failures) {
 		printf("%d failures\n", failures);
