@@ -490,6 +490,13 @@ static bool child_sends_two(const uint8_t *gid)
 	return tx != NULL;
 }
 
+/* A child's region at test address k (the child serves it until killed). */
+static void child_region(uint8_t gid[16], uint8_t k, pid_t *child)
+{
+	test_gid(gid, k);
+	CHECK(in_child(child_opens_region, gid, child), "a child opened its region (address %u)", k);
+}
+
 /* Another process's region is handed over through its socket; once the
  * owner is killed, it is not attached to (and nothing of it is left: the
  * memfd went with its last holder). */
@@ -548,9 +555,8 @@ static int receive_region_fd(const uint8_t gid[16])
 static void test_kept_fd_not_alive(void)
 {
 	uint8_t gid[16];
-	test_gid(gid, 72);
 	pid_t child;
-	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
+	child_region(gid, 72, &child);
 	int kept = receive_region_fd(gid);
 	CHECK(kept >= 0, "a producer received the region's fd and keeps it");
 	struct shm_tx *tx = shm_tx_attach(gid);
@@ -1394,9 +1400,8 @@ static bool holds_region_fd(void)
 static void test_fork_gaps(void)
 {
 	uint8_t gid[16];
-	test_gid(gid, 90);
 	pid_t owner;
-	CHECK(in_child(child_opens_region, gid, &owner), "a child's region");
+	child_region(gid, 90, &owner);
 	atomic_store(&churn_stop, false);
 	pthread_t t;
 	if (pthread_create(&t, NULL, churn_regions, gid))
