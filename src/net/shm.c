@@ -1094,15 +1094,17 @@ static int region_reopen(int fd)
 /* Ask the owner of gid's socket for its region: the fd it sends, or -1
  * (no socket, a dead owner's, another user's, a full backlog, no answer
  * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
- * goes by UDP, as with no region).  Called without locks (shm_tx_prepare).
+ * goes by UDP, as with no region; *immediate when the connect itself said
+ * so: no socket, a dead owner's).  Called without locks (shm_tx_prepare).
  * Every fd an answer carries is received and all but the one accepted are
  * closed, so no answer can leave fds with us. */
-static int region_ask(const uint8_t gid[16])
+static int region_ask(const uint8_t gid[16], bool *immediate)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
 	int fd = -1;
 
+	*immediate = false;
 	if (!region_addr(gid, &sa, &l))
 		return -1;
 	/* non-blocking: a full backlog refuses at once (EAGAIN) */
@@ -1110,7 +1112,11 @@ static int region_ask(const uint8_t gid[16])
 	if (s < 0)
 		return -1;
 	atomic_fetch_add(&asks_made, 1);
-	if (connect(s, (struct sockaddr *)&sa, l) == 0 && peer_is_us(s)) {
+	int rc = connect(s, (struct sockaddr *)&sa, l);
+	/* no socket file, or a dead owner's: known at once, nothing to cache
+	 * (peer_resolve) */
+	*immediate = rc < 0 && (errno == ENOENT || errno == ECONNREFUSED);
+	if (rc == 0 && peer_is_us(s)) {
 		struct pollfd pfd = { .fd = s, .events = POLLIN };
 		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
 			struct fd_msg m;
@@ -1250,18 +1256,16 @@ static struct shm_ask *ask_find(const uint8_t gid[16])
 	return NULL;
 }
 
-/* A slot for a new ask: a free one, else the failure that expires first;
- * NULL when every one is in flight (the ask is then not coalesced). */
-static struct shm_ask *ask_slot(void)
+/* A slot for a new ask: a free one, or a failure that has expired; NULL
+ * when every one is in flight or a failure still cached: the flow then
+ * goes by UDP, not asking (an unexpired failure evicted would be asked,
+ * and waited for, again: issue #13, second review). */
+static struct shm_ask *ask_slot(uint64_t now)
 {
-	struct shm_ask *best = NULL;
-	for (unsigned i = 0; i < SHM_ASKS; i++) {
-		if (!asks[i].used)
+	for (unsigned i = 0; i < SHM_ASKS; i++)
+		if (!asks[i].used || (!asks[i].pending && now >= asks[i].until))
 			return &asks[i];
-		if (!asks[i].pending && (!best || asks[i].until < best->until))
-			best = &asks[i];
-	}
-	return best;
+	return NULL;
 }
 
 static void asks_forget(const uint8_t gid[16])
@@ -1273,11 +1277,14 @@ static void asks_forget(const uint8_t gid[16])
 	pthread_mutex_unlock(&peers_lock);
 }
 
-/* With peers_lock held: the live entry of dgid, asked for if need be
- * (the lock is dropped meanwhile), or NULL: no region, or it failed less
- * than SHM_ASK_FAIL_NS ago.  Entries no flow holds expire as failures
- * do; an entry whose owner died is dropped (freed with its last ring). */
-static struct shm_peer *peer_resolve(const uint8_t dgid[16])
+/* With peers_lock held: the live entry of dgid, asked for if need be and
+ * may_ask (the lock is dropped meanwhile), or NULL: no region, it failed
+ * less than SHM_ASK_FAIL_NS ago, no slot to ask with, or (!may_ask) no
+ * answer at hand.  Entries no flow holds expire as failures do; an entry
+ * whose owner died is dropped (freed with its last ring).  Failures the
+ * connect reports at once (no socket file, a dead owner's: every remote
+ * GID is one) cost nothing to redo and are not cached. */
+static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
 {
 	uint64_t wait_until = 0;
 	for (;;) {
@@ -1301,6 +1308,8 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 		}
 		if (!(pe = region_own(dgid))) {
 			struct shm_ask *a = ask_find(dgid);
+			if (!may_ask)
+				return NULL;  /* under the caller's locks: never an ask, never a wait */
 			if (a && a->pending) {
 				/* its answer, for a bounded time (SHM_ASK_WAIT_NS) */
 				if (!wait_until)
@@ -1313,19 +1322,18 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 			}
 			if (a && now < a->until)
 				return NULL;
-			if (!a && (a = ask_slot())) {
-				a->used = true;
-				memcpy(a->gid, dgid, 16);
-			}
-			if (a)
-				a->pending = true;
+			if (!a && !(a = ask_slot(now)))
+				return NULL;  /* the table is full of asks and fresh failures: UDP */
+			a->used = a->pending = true;
+			memcpy(a->gid, dgid, 16);
 			pthread_mutex_unlock(&peers_lock);
-			pe = peer_new(region_ask(dgid), dgid);
+			bool immediate;
+			pe = peer_new(region_ask(dgid, &immediate), dgid);
 			pthread_mutex_lock(&peers_lock);
-			if (a && a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
+			if (a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
 				a->pending = false;
 				a->until = mono_ns() + SHM_ASK_FAIL_NS;
-				a->used = !pe;
+				a->used = !pe && !immediate;
 				pthread_cond_broadcast(&asks_cond);
 			}
 			if (!pe)
@@ -1362,7 +1370,7 @@ void shm_tx_prepare(const uint8_t dgid[16])
 	int cs = shm_nocancel();
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	peer_resolve(dgid);
+	peer_resolve(dgid, true);
 	pthread_mutex_unlock(&peers_lock);
 	shm_cancel_restore(cs);
 }
@@ -1377,6 +1385,16 @@ bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
 unsigned long shm_tx_test_asks(void)
 {
 	return atomic_load(&asks_made);
+}
+
+void shm_tx_test_expire(void)
+{
+	pthread_mutex_lock(&peers_lock);
+	for (struct shm_peer *pe = peers; pe; pe = pe->next)
+		pe->until = 0;
+	for (unsigned i = 0; i < SHM_ASKS; i++)
+		asks[i].until = 0;
+	pthread_mutex_unlock(&peers_lock);
 }
 
 /* Claim a ring of pe's region not held by this process: a free one (given
@@ -1448,9 +1466,10 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	/* asked for by shm_tx_prepare before the caller took its locks: no
-	 * wait here then (shm.h) */
-	if (!(pe = peer_resolve(dgid)))
+	/* asked for by shm_tx_prepare before the caller took its locks; no
+	 * answer at hand (none prepared, expired, evicted, the owner changed):
+	 * UDP, never an ask or a wait under the caller's locks (shm.h) */
+	if (!(pe = peer_resolve(dgid, false)))
 		goto out;
 	if (pe->nheld < rings_own)
 		tx = ring_claim(pe);

@@ -104,6 +104,14 @@ static bool got_one(struct shm_rx *rx, uint32_t seq, uint32_t len)
 	return n == 1 && pkts[0].len == len && matches(pkts[0].buf, len, seq);
 }
 
+/* A ring in gid's region for a flow, as a QP gets one: asked for first
+ * (shm_tx_prepare: ibv_modify_qp before the QP's lock), then attached. */
+static struct shm_tx *attach(const uint8_t *gid)
+{
+	shm_tx_prepare(gid);
+	return shm_tx_attach(gid);
+}
+
 /* an address of this test's own, unlike any device's: gid_a with last byte k */
 static void test_gid(uint8_t gid[16], uint8_t k)
 {
@@ -125,7 +133,7 @@ static bool region_and_ring(uint8_t gid[16], uint8_t k, struct shm_rx **rx, stru
 {
 	test_gid(gid, k);
 	*rx = shm_rx_open(gid);
-	*tx = *rx ? shm_tx_attach(gid) : NULL;
+	*tx = *rx ? attach(gid) : NULL;
 	CHECK(*rx && *tx, "region and ring");
 	return *tx != NULL;
 }
@@ -143,7 +151,7 @@ static void test_order_and_wrap(void)
 	CHECK(rx, "region opens");
 	if (!rx)
 		return;
-	struct shm_tx *tx = shm_tx_attach(gid_a);
+	struct shm_tx *tx = attach(gid_a);
 	CHECK(tx, "ring claimed");
 	CHECK(shm_rx_active(rx), "the region sees its ring");
 	static struct uroce_rxpkt pkts[64];
@@ -215,7 +223,7 @@ static void test_order_and_wrap(void)
 	CHECK(n == 2, "the two records sent before the ring was given back are delivered (%d)", n);
 	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 0 && !shm_rx_active(rx), "then the ring is free (%d)", n);
-	tx = shm_tx_attach(gid_a);
+	tx = attach(gid_a);
 	CHECK(tx, "ring claimed again");
 	send_one(tx, 777, 40);
 	CHECK(got_one(rx, 777, 40), "the new producer's packet alone");
@@ -262,7 +270,7 @@ static void test_position_wrap(void)
 	size_t len;
 	uint8_t *ring;
 	uint8_t *map = map_region(gid, &len, &ring);
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	CHECK(map && tx, "mapped, ring claimed");
 	if (!map || !tx)
 		return;
@@ -388,7 +396,7 @@ static void test_hostile_producer(void)
 	shm_tx_detach(tx);
 	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(!shm_rx_active(rx), "a broken ring given back is freed");
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(tx, "and claimed again");
 	if (!tx)
 		return;
@@ -404,7 +412,7 @@ static void test_hostile_producer(void)
 	 * would hold the consumer) */
 	shm_tx_detach(tx);
 	shm_rx_poll(rx, pkts, 64, &more, &bad);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(tx, "claimed once more");
 	if (!tx)
 		return;
@@ -482,7 +490,7 @@ static bool child_opens_region(const uint8_t *gid)
 
 static bool child_sends_two(const uint8_t *gid)
 {
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	if (tx) {
 		send_one(tx, 9, 30);
 		send_one(tx, 9, 30);
@@ -506,7 +514,7 @@ static void test_dead_owner(void)
 	test_gid(gid, 3);
 	pid_t child;
 	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	CHECK(tx, "a live owner's region is attached to");
 	send_one(tx, 5, 60);
 	int fd = region_fd(gid);
@@ -520,7 +528,7 @@ static void test_dead_owner(void)
 		close(fd);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(!tx, "a dead owner's region is not");
 	shm_tx_detach(tx);
 }
@@ -559,11 +567,11 @@ static void test_kept_fd_not_alive(void)
 	child_region(gid, 72, &child);
 	int kept = receive_region_fd(gid);
 	CHECK(kept >= 0, "a producer received the region's fd and keeps it");
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	CHECK(tx, "a live owner's region is attached to");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	struct shm_tx *tx2 = shm_tx_attach(gid);
+	struct shm_tx *tx2 = attach(gid);
 	CHECK(!tx2, "the owner died: no ring, whoever keeps the fd it handed out");
 	shm_tx_detach(tx2);
 	shm_tx_detach(tx);
@@ -607,7 +615,7 @@ static void test_squatted_name(void)
 		pid_t child;
 		CHECK(in_child(child_opens_region, gid, &child), "the child opened its region over the %s socket",
 		      stale ? "stale" : "silent");
-		struct shm_tx *tx = shm_tx_attach(gid);
+		struct shm_tx *tx = attach(gid);
 		CHECK(tx, "a producer finds it (%s)", stale ? "stale" : "silent");
 		if (tx) {
 			send_one(tx, 6, 70);
@@ -703,7 +711,7 @@ static void test_hostile_handover(void)
 			hostile_owner(gid, how, p[1]);
 		CHECK(read(p[0], &c, 1) == 1, "the hostile owner listens");
 		int before = fd_count();
-		struct shm_tx *tx = shm_tx_attach(gid);
+		struct shm_tx *tx = attach(gid);
 		int after = fd_count();
 		CHECK(!tx, "%s: refused", what[how]);
 		CHECK(after == before, "%s: no fd left behind (%d before, %d after)", what[how], before, after);
@@ -745,7 +753,7 @@ static void test_negative_cache(void)
 	CHECK(!tx, "no answer: no ring");
 	CHECK(shm_tx_test_asks() == asks + 1, "asked once (%lu)", shm_tx_test_asks() - asks);
 	for (int i = 0; i < 100; i++)
-		shm_tx_detach(shm_tx_attach(gid));
+		shm_tx_detach(attach(gid));
 	CHECK(shm_tx_test_asks() == asks + 1, "and not again for the next 100 attaches (%lu)", shm_tx_test_asks() - asks);
 	close(s);
 	/* a region answered is cached too: prepare, then attach, ask once */
@@ -758,6 +766,36 @@ static void test_negative_cache(void)
 	tx = shm_tx_attach(gid2);
 	CHECK(tx && shm_tx_test_asks() == asks + 1, "prepared, then attached: one ask (%lu)", shm_tx_test_asks() - asks);
 	shm_tx_detach(tx);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
+/* Review 2, item 7: shm_tx_attach, called under the QP's lock, never asks
+ * (never waits): not without a prepare, not after the prepared answer
+ * expired; a connect refused at once (no socket: every remote GID) is not
+ * cached, so it fills no slot and is asked again at the next prepare. */
+static void test_attach_never_asks(void)
+{
+	uint8_t gid[16], none[16];
+	pid_t child;
+	child_region(gid, 73, &child);
+	unsigned long asks = shm_tx_test_asks();
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(!tx && shm_tx_test_asks() == asks, "unprepared: no ring, asked %lu times", shm_tx_test_asks() - asks);
+	shm_tx_prepare(gid);
+	shm_tx_test_expire();  /* as a second later */
+	asks = shm_tx_test_asks();
+	tx = shm_tx_attach(gid);
+	CHECK(!tx && shm_tx_test_asks() == asks, "the prepared answer expired: no ring, asked %lu times",
+	      shm_tx_test_asks() - asks);
+	tx = attach(gid);
+	CHECK(tx, "prepared afresh: a ring");
+	shm_tx_detach(tx);
+	test_gid(none, 74);  /* nobody's socket */
+	asks = shm_tx_test_asks();
+	shm_tx_prepare(none);
+	shm_tx_prepare(none);
+	CHECK(shm_tx_test_asks() == asks + 2, "no socket: not cached, asked again (%lu asks)", shm_tx_test_asks() - asks);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 }
@@ -828,7 +866,7 @@ static void test_cancelled_ask(void)
 	close(s);
 	s = listen_at(cancel_gid, true);  /* a stale file: refused at once */
 	CHECK(prepare_completes(cancel_gid), "a prepare of the same address completes");
-	CHECK(!shm_tx_attach(cancel_gid), "and finds no region");
+	CHECK(!attach(cancel_gid), "and finds no region");
 	alarm(0);
 	signal(SIGALRM, SIG_DFL);
 }
@@ -1002,7 +1040,7 @@ static _Atomic int *grandchild_pid;  /* a shared page */
 
 static bool child_claims_forks_and_waits(const uint8_t *gid)
 {
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	if (!tx)
 		return false;
 	send_one(tx, 9, 30);
@@ -1079,10 +1117,10 @@ static void test_dead_producer(void)
 	struct shm_tx *others[31];
 	int nothers = 0;
 	for (int i = 0; i < 31; i++)
-		if ((others[nothers] = shm_tx_attach(gid)))
+		if ((others[nothers] = attach(gid)))
 			nothers++;
 	CHECK(nothers == 31, "31 more rings (%d)", nothers);
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	bool ours = false;
 	for (int i = 0; i < nothers; i++)
 		ours |= tx == others[i];
@@ -1093,7 +1131,7 @@ static void test_dead_producer(void)
 	bool more = false;
 	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 2 && matches(pkts[0].buf, 30, 9), "the dead producer's packets are delivered (%d)", n);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	ours = false;
 	for (int i = 0; i < nothers; i++)
 		ours |= tx == others[i];
@@ -1123,7 +1161,7 @@ static void test_rings_shared(void)
 	struct shm_tx *tx[24];
 	int distinct = 0;
 	for (int i = 0; i < 24; i++) {
-		tx[i] = shm_tx_attach(gid);
+		tx[i] = attach(gid);
 		CHECK(tx[i], "flow %d has a ring", i);
 		if (!tx[i])
 			return;
@@ -1198,7 +1236,7 @@ static void test_truncation_refused(void)
 	pthread_sigmask(SIG_BLOCK, &bus, &old);
 	if (!region_and_ring(gid, 11, &rx, &tx1))
 		goto out;
-	tx2 = shm_tx_attach(gid);
+	tx2 = attach(gid);
 	CHECK(tx2, "a second ring");
 	send_one(tx1, 1, 100);
 	CHECK(got_one(rx, 1, 100), "a packet before the attempt");
@@ -1245,7 +1283,7 @@ static void *hold_peers_lock(void *arg)
 	 * is dropped meanwhile, and taken again after): the fork likely
 	 * comes meanwhile (the test passes either way; it then also shows
 	 * that the child's lock and ask table were made anew) */
-	shm_tx_detach(shm_tx_attach(arg));
+	shm_tx_detach(attach(arg));
 	return NULL;
 }
 
@@ -1275,7 +1313,7 @@ static void test_fork(void)
 	pid_t child = fork();
 	if (child == 0) {
 		int rc = 0;
-		struct shm_tx *mine = shm_tx_attach(gid);
+		struct shm_tx *mine = attach(gid);
 		if (!mine || mine == tx)
 			rc |= 1;  /* no ring of its own */
 		if (send_ret(tx, 2, 50) != -EPIPE)
@@ -1370,10 +1408,9 @@ static void *churn_regions(void *arg)
 	test_gid(own, 91);
 	while (!atomic_load(&churn_stop)) {
 		struct shm_rx *rx = shm_rx_open(own);
-		shm_tx_detach(shm_tx_attach(own));  /* region_own: a dup, reopened, closed */
+		shm_tx_detach(attach(own));  /* region_own: a dup, reopened, closed */
 		shm_rx_close(rx);
-		shm_tx_prepare(peer);  /* an ask: a received fd, reopened, closed */
-		shm_tx_detach(shm_tx_attach(peer));
+		shm_tx_detach(attach(peer));  /* an ask: a received fd, reopened, closed */
 	}
 	return NULL;
 }
@@ -1505,6 +1542,7 @@ int main(void)
 	test_seals_check();
 	test_negative_cache();
 	test_cancelled_ask();
+	test_attach_never_asks();
 	test_accept_fails();
 	test_stalled_listener_rearmed();
 	test_fork_parent_dies();
