@@ -1,5 +1,5 @@
 /* The same-host rings: RoCEv2 packets through shared memory instead of
- * loopback UDP, between uroce processes of one network namespace (see
+ * loopback UDP, between uroce processes of one network namespace and one rendezvous directory (see
  * docs/architecture.md, "Same-host rings").  This is the mechanism --
  * regions, rings, their memory ordering; the backend built on it is
  * ring.c.  The packets are the very bytes the UDP path sends (BTH .. ICRC,
