@@ -469,6 +469,8 @@ static void populate(void *p, size_t len, bool write)
 
 static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* its name, for messages */
 static int shm_dirfd = -1;  /* the directory itself (O_PATH): every bind and connect goes through it */
+static dev_t shm_dir_dev;   /* and what it was: an application that closed it (a daemon closing */
+static ino_t shm_dir_ino;   /* every fd) may have another file at that number now (region_addr) */
 static bool shm_dir_ok;
 static unsigned long shm_netns;
 static pthread_once_t shm_dir_once = PTHREAD_ONCE_INIT;
@@ -523,6 +525,10 @@ static void shm_dir_init(void)
 	}
 	if (xfd >= 0)
 		close(xfd);
+	if (shm_dirfd >= 0 && fstat(shm_dirfd, &st) == 0) {
+		shm_dir_dev = st.st_dev;
+		shm_dir_ino = st.st_ino;
+	}
 	shm_dir_ok = (unsigned long)me != overflow && n > 0 && shm_dirfd >= 0;
 	if (!shm_dir_ok)
 		LOG_INFO("uroce: no same-host rings: %s is not a private directory of uid %u (or the uid is the overflow uid): UDP",
@@ -538,7 +544,8 @@ bool shm_dir_refused(void)
 /* The socket file of gid's region; false when there are no rings. */
 static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t *len)
 {
-	if (shm_dir_refused())
+	struct stat st;
+	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
 		return false;
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
