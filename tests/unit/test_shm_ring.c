@@ -8,7 +8,11 @@
  * accepted does not spin the engine; a peer cannot truncate a region (it
  * is sealed), so a thread that blocks SIGBUS survives the attempt; a
  * forked child neither produces into nor gives back its parent's rings,
- * and holds nothing of them when its parent dies. */
+ * and holds nothing of them when its parent dies.  The second review of
+ * issue #13: a cancelled ask leaves nothing stuck, a kept handed-over fd
+ * does not keep a dead owner alive, a stalled listener is served again on
+ * an idle device, F_SEAL_EXEC is accepted, a replaced directory is not
+ * bound in, no fork inherits a region fd in a gap, attach never asks. */
 #include "exec/exec.h"
 #include "net/net.h"
 #include "net/shm.h"
