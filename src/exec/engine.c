@@ -38,6 +38,9 @@
  * see a same-host producer asking for a region (net_serve): it answers
  * this often then, well within the producer's wait (net/shm.c). */
 #define SERVE_EVERY_NS 1000000ull
+/* While a serve fd is not watched (net->serve_stalled: a connection could
+ * not be accepted), every sleep ends this soon and serves again (net/ring.c). */
+#define SERVE_STALLED_NS 10000000ull
 
 
 /* May the engine spin without taking a CPU from anyone?  Only while no more
@@ -102,6 +105,9 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 		uint64_t t = atomic_load(&dev->timer_next), a = atomic_load(&dev->ack_flush_next);
 		wake = t < a ? t : a;
 	}
+	bool stalled = atomic_load_explicit(&dev->net->serve_stalled, memory_order_relaxed);
+	if (stalled && (!cap || cap > SERVE_STALLED_NS))
+		cap = SERVE_STALLED_NS;
 	if (cap && now + cap < wake)
 		wake = now + cap;
 	atomic_store(&dev->eng.wake_ns, wake);
@@ -124,11 +130,11 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 			serve++;  /* one per listener that is readable */
 		}
 	/* a same-host producer asks for a region (net/shm.c, "Rendezvous"):
-	 * answered at once, whatever this sleep was for; not a packet */
-	if (serve) {
+	 * answered at once, whatever this sleep was for; not a packet.  A
+	 * stalled serve fd is retried after every sleep (SERVE_STALLED_NS). */
+	if (serve || stalled)
 		net_serve(dev->net);
-		n -= serve;
-	}
+	n -= serve;
 	return n;
 }
 

@@ -150,6 +150,10 @@ struct uroce_net {
 	/* the engine woke for its sockets: the next recv reads them, even
 	 * when same-host rings let it read them only every few calls */
 	atomic_bool rx_sockets_due;
+	/* a backend stopped watching a serve fd (a connection could not be
+	 * accepted: ring.c): the engine's sleeps end after SERVE_STALLED_NS
+	 * and serve again (exec/engine.c), or an idle device never would */
+	atomic_bool serve_stalled;
 	unsigned ring_polls;    /* receive calls with a ring busy (SOCKET_EVERY, net.c) */
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;

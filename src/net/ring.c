@@ -24,7 +24,8 @@ struct ring_priv {
 	int n;
 	struct uroce_stats_page *stats;
 	int epfd[2], nep;                  /* where the listeners are watched (add_serve_fds) */
-	bool unwatched[UROCE_MAX_GIDS];    /* shm_rx_serve failed: watched again at the next serve */
+	bool unwatched[UROCE_MAX_GIDS];    /* shm_rx_serve failed: watched again at the next serve
+					    * (within SERVE_STALLED_NS: net->serve_stalled) */
 };
 
 /* A ring in the peer's region, claimed for one flow's life. */
@@ -44,10 +45,11 @@ static int ring_open(struct uroce_backend *be)
 
 	if (!p)
 		return -ENOMEM;
-	for (int i = 0; i < cfg->ngids; i++)
-		p->rx[i] = shm_rx_open(cfg->gids[i]);
-	p->n = cfg->ngids;
 	p->stats = be->net->stats;
+	for (int i = 0; i < cfg->ngids; i++)
+		if (!(p->rx[i] = shm_rx_open(cfg->gids[i])) && !shm_dir_refused())
+			UROCE_COUNT(p->stats, UC_shm_region_failed, 1);
+	p->n = cfg->ngids;
 	if (cfg->ngids && shm_dir_refused())
 		UROCE_COUNT(p->stats, UC_shm_dir_refused, 1);
 	be->priv = p;
@@ -187,13 +189,19 @@ static void ring_watch(struct ring_priv *p, int i, bool on)
 	p->unwatched[i] = !on;
 }
 
-/* A listener whose connection could not be accepted (no memory) would
- * stay readable and wake the engine again at once, for ever
- * (level-triggered): it is not watched until the next serve pass (a
- * producer meanwhile waits in vain and goes by UDP). */
+/* A listener whose connection could not be accepted (no memory, or no fd
+ * and no spare) would stay readable and wake the engine again at once,
+ * for ever (level-triggered): it is not watched for a while (a producer
+ * meanwhile waits in vain and goes by UDP).  While any is unwatched, the
+ * net says so (serve_stalled), and the engine's sleeps end within
+ * SERVE_STALLED_NS to serve again (exec/engine.c): watched again, the
+ * queue accepted, the spare fd opened anew (shm_rx_serve) -- on an idle
+ * device too, where no traffic would bring the next serve pass (issue
+ * #13, second review). */
 static void ring_serve(struct uroce_backend *be)
 {
 	struct ring_priv *p = be->priv;
+	bool stalled = false;
 
 	for (int i = 0; i < p->n; i++) {
 		if (p->unwatched[i])
@@ -201,8 +209,10 @@ static void ring_serve(struct uroce_backend *be)
 		if (shm_rx_serve(p->rx[i]) < 0) {
 			ring_watch(p, i, false);
 			UROCE_COUNT(p->stats, UC_shm_serve_stalled, 1);
+			stalled = true;
 		}
 	}
+	atomic_store(&be->net->serve_stalled, stalled);
 }
 
 /* Received packets are copied out into the region's buffers, reused by the

@@ -27,11 +27,15 @@
  * hands the fd to each connecting process of its own user (SCM_RIGHTS).
  *
  * Lifetime: the owner holds an exclusive flock on the region for its life,
- * so a free lock means a dead owner; a producer holds an OFD lock on a
- * byte of its ring the same way (ring_lock).  Both locks belong to an open
- * file description, so every producer process opens the region afresh
- * through /proc/self/fd (region_reopen) instead of keeping the owner's
- * description that SCM_RIGHTS passed.  A region vanishes with the last
+ * on a description nobody else ever gets: it hands each producer a fresh
+ * open of the region (shm_rx_serve), so only the owner's own description
+ * holds the lock and a held lock means a live owner (a producer that kept
+ * the owner's description would otherwise keep a dead owner "alive":
+ * issue #13, second review).  A producer holds an OFD lock on a byte of
+ * its ring the same way (ring_lock).  Both locks belong to an open file
+ * description, so every producer process opens the region afresh through
+ * /proc/self/fd (region_reopen) instead of keeping the description that
+ * SCM_RIGHTS passed.  A region vanishes with the last
  * process that holds it: nothing is left behind to sweep.  A ring's pages
  * are allocated (fallocate) when a flow claims it, so memory that runs
  * out refuses the claim and the flow uses UDP. */
@@ -185,6 +189,8 @@ struct shm_ask {
 	uint64_t until;                  /* failed: not asked again before */
 };
 static struct shm_ask asks[SHM_ASKS];
+/* On CLOCK_MONOTONIC (asks_cond_init, from shm_self before any wait): a
+ * waiter waits at most SHM_ASK_WAIT_NS, then goes by UDP. */
 static pthread_cond_t asks_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic unsigned long asks_made;  /* shm_tx_test_asks */
 
@@ -217,11 +223,32 @@ static void fd_untrack(int fd)
 	}
 }
 
+/* An fd opened but not yet in the table, or out of it but not yet closed,
+ * would be inherited by a child forked in between (issue #13, second
+ * review): every open-and-track and untrack-and-close holds fork_lock,
+ * and fork waits for it (pthread_atfork: shm_fork_prepare).  None of
+ * those sequences blocks (an open of /proc/self/fd, a memfd_create, a
+ * bind, a non-blocking recvmsg, a close), and nothing else is taken
+ * inside it. */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void shm_fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_lock);
+}
+
+static void shm_fork_parent(void)
+{
+	pthread_mutex_unlock(&fork_lock);
+}
+
 static void fd_close_tracked(int fd)
 {
 	if (fd >= 0) {
+		pthread_mutex_lock(&fork_lock);
 		fd_untrack(fd);
 		close(fd);
+		pthread_mutex_unlock(&fork_lock);
 	}
 }
 
@@ -241,9 +268,19 @@ static void fd_close_tracked(int fd)
 static _Atomic pid_t shm_pid;
 static pthread_once_t shm_fork_once = PTHREAD_ONCE_INIT;
 
+static void asks_cond_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&asks_cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 static void shm_atfork_child(void)
 {
 	atomic_store(&shm_pid, getpid());
+	pthread_mutex_init(&fork_lock, NULL);  /* held by the forking thread (shm_fork_prepare) */
 	for (unsigned i = 0; i < SHM_FDTAB; i++) {
 		int v = atomic_exchange(&fdtab[i], 0);
 		if (v > 0)
@@ -251,7 +288,7 @@ static void shm_atfork_child(void)
 	}
 	pthread_mutex_init(&peers_lock, NULL);
 	pthread_mutex_init(&own_lock, NULL);
-	pthread_cond_init(&asks_cond, NULL);
+	asks_cond_init();
 	memset(asks, 0, sizeof(asks));  /* a parent thread's ask never ends here */
 	peers = NULL;  /* the parent's entries stay as they are, ours to drop only */
 	own_rx = NULL;
@@ -260,7 +297,8 @@ static void shm_atfork_child(void)
 static void shm_fork_install(void)
 {
 	atomic_store(&shm_pid, getpid());
-	pthread_atfork(NULL, NULL, shm_atfork_child);
+	asks_cond_init();  /* nobody waits on it yet: every waiter came through shm_self */
+	pthread_atfork(shm_fork_prepare, shm_fork_parent, shm_atfork_child);
 }
 
 static pid_t shm_self(void)
@@ -405,10 +443,16 @@ static void populate(void *p, size_t len, bool write)
  * $XDG_RUNTIME_DIR/uroce when that is a directory of ours of mode 0700,
  * else /dev/shm/uroce-<euid>.  Every one must be a directory (not a
  * symlink) owned by us, of mode 0700, or there are no rings (UDP): a
- * directory another user made first is theirs.  So another user cannot
- * squat, flood or even wake the socket (the abstract names of before
- * could all be: issue #13), and a producer needs no scan: the address
- * names one file.  Binding the UDP address made the address ours, so its
+ * directory another user made first is theirs.  The directory is opened
+ * once (O_PATH) and checked by that fd, and every bind and connect goes
+ * through /proc/self/fd/<it>, so a directory deleted and made again by
+ * someone else later is never used (issue #13, second review).  So a
+ * process of another user cannot squat, flood or wake the socket (the
+ * abstract names of before could all be: issue #13) -- root can, and any
+ * process of our own user, which may bind rx.<ns>.<any gid> and answer
+ * for an address that is not its own (README "Security model": our own
+ * user's processes are trusted) -- and a producer needs no scan: the
+ * address names one file.  Binding the UDP address made the address ours, so its
  * new owner replaces a socket file an earlier owner left (killed), and a
  * dead owner's file refuses a connect at once (ECONNREFUSED).  Both ends
  * still check the other's uid (SO_PEERCRED: root may connect anywhere),
@@ -416,19 +460,40 @@ static void populate(void *p, size_t len, bool write)
  * user namespace uid every other unmapped uid reads as the overflow uid
  * too, so no check of a uid would mean anything: no rings there. */
 #define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
+/* A coalesced waiter waits at most twice an ask's bound for the asker's
+ * answer (peer_resolve), then goes by UDP: an asker is never cancelled
+ * (cancellation is off across the public entries, shm_nocancel), so the
+ * bound is only a backstop. */
+#define SHM_ASK_WAIT_NS (2ull * SHM_CONNECT_WAIT_MS * 1000000ull)
 #define SHM_FDS_MAX 8           /* fds one answer may carry that we still close */
 
-static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* its name, for messages */
+static int shm_dirfd = -1;  /* the directory itself (O_PATH): every bind and connect goes through it */
+static dev_t shm_dir_dev;   /* and what it was: an application that closed it (a daemon closing */
+static ino_t shm_dir_ino;   /* every fd) may have another file at that number now (region_addr) */
 static bool shm_dir_ok;
 static unsigned long shm_netns;
 static pthread_once_t shm_dir_once = PTHREAD_ONCE_INIT;
 
-static bool dir_private(const char *path)
+/* An O_PATH fd of `name` under `parent` (AT_FDCWD: name is absolute), made
+ * if need be, if it is a directory (not a symlink: O_NOFOLLOW) of ours of
+ * mode 0700; -1 otherwise.  The fd, not the path, is what is checked and
+ * then used: a directory deleted and made again by another user later
+ * (systemd-logind's RemoveIPC, tmp cleaners) is never the one we bind in
+ * (issue #13, second review: the path was checked once, and later binds
+ * landed in whatever directory then had the name). */
+static int dir_private_fd(int parent, const char *name, bool make)
 {
 	struct stat st;
-	if (mkdir(path, 0700) == 0 && chmod(path, 0700) < 0)  /* the umask may have taken bits */
-		return false;
-	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0700;
+	if (make && mkdirat(parent, name, 0700) == 0 && fchmodat(parent, name, 0700, 0) < 0)  /* the umask may have taken bits */
+		return -1;
+	int fd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+			(st.st_mode & 07777) != 0700)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
 }
 
 static void shm_dir_init(void)
@@ -446,16 +511,25 @@ static void shm_dir_init(void)
 	if (stat("/proc/self/ns/net", &st) == 0)
 		shm_netns = (unsigned long)st.st_ino;
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int xfd = me != 0 && xdg && *xdg == '/' ? dir_private_fd(AT_FDCWD, xdg, false) : -1;
 	int n;
-	if (me == 0)
+	if (me == 0) {
 		n = snprintf(shm_dir, sizeof(shm_dir), "/run/uroce");
-	else if (xdg && *xdg == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == me &&
-		 (st.st_mode & 07777) == 0700)
+		shm_dirfd = dir_private_fd(AT_FDCWD, shm_dir, true);
+	} else if (xfd >= 0) {
 		n = snprintf(shm_dir, sizeof(shm_dir), "%s/uroce", xdg);
-	else
+		shm_dirfd = dir_private_fd(xfd, "uroce", true);
+	} else {
 		n = snprintf(shm_dir, sizeof(shm_dir), "/dev/shm/uroce-%u", (unsigned)me);
-	/* room for "/rx.<inode>.<32 hex digits>" */
-	shm_dir_ok = (unsigned long)me != overflow && n > 0 && (size_t)n + 48 < sizeof(shm_dir) && dir_private(shm_dir);
+		shm_dirfd = dir_private_fd(AT_FDCWD, shm_dir, true);
+	}
+	if (xfd >= 0)
+		close(xfd);
+	if (shm_dirfd >= 0 && fstat(shm_dirfd, &st) == 0) {
+		shm_dir_dev = st.st_dev;
+		shm_dir_ino = st.st_ino;
+	}
+	shm_dir_ok = (unsigned long)me != overflow && n > 0 && shm_dirfd >= 0;
 	if (!shm_dir_ok)
 		LOG_INFO("uroce: no same-host rings: %s is not a private directory of uid %u (or the uid is the overflow uid): UDP",
 			 shm_dir, (unsigned)me);
@@ -470,11 +544,13 @@ bool shm_dir_refused(void)
 /* The socket file of gid's region; false when there are no rings. */
 static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t *len)
 {
-	if (shm_dir_refused())
+	struct stat st;
+	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
 		return false;
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/rx.%lu.", shm_dir, shm_netns);
+	/* through the directory's fd (dir_private_fd): the one checked */
+	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/rx.%lu.", shm_dirfd, shm_netns);
 	for (int i = 0; i < 16 && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
 		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", gid[i]);
 	*len = (socklen_t)sizeof(*sa);
@@ -561,12 +637,37 @@ static void *map_region(int fd, size_t len, off_t off)
 
 static void asks_forget(const uint8_t gid[16]);
 
+/* A region's seals, as F_GET_SEALS reports them: ours (no change of size,
+ * no further seals), and at most F_SEAL_EXEC besides, which the kernel
+ * adds itself under vm.memfd_noexec=1 or 2 (Linux 6.3+, memfd_create(2)
+ * MFD_NOEXEC_SEAL; no mapping of ours is executable).  Anything else --
+ * F_SEAL_WRITE, F_SEAL_FUTURE_WRITE -- would make our stores fault or
+ * our mappings fail: refused (issue #13, second review). */
+#ifndef F_SEAL_EXEC
+#define F_SEAL_EXEC 0x0020
+#endif
+#define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+bool shm_seals_ok(int seals)
+{
+	return seals >= 0 && (seals & ~F_SEAL_EXEC) == SHM_SEALS;
+}
+
+/* Once per process: why no region could be made (ring.c counts each). */
+static void region_failed(const char *what)
+{
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	int e = errno;
+	if (!atomic_flag_test_and_set(&said))
+		LOG_INFO("uroce: no same-host ring region (%s: %s): UDP", what, strerror(e));
+	errno = e;
+}
+
 struct shm_rx *shm_rx_open(const uint8_t gid[16])
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
 	void *m = MAP_FAILED;
 	struct stat st;
-	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	const int seals = SHM_SEALS;
 
 	if (!rx)
 		return NULL;
@@ -577,23 +678,35 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	if (atomic_load(&reserve_fd) < 0)
 		reserve_open();
 	/* locked and sealed before anyone else can hold it */
+	pthread_mutex_lock(&fork_lock);
 	rx->fd = memfd_create("uroce-rx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (rx->fd < 0)
-		goto fail;
 	fd_track(rx->fd);
-	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
-	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0)
+	pthread_mutex_unlock(&fork_lock);
+	if (rx->fd < 0) {
+		region_failed("memfd_create");
 		goto fail;
+	}
+	if (flock(rx->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(rx->fd, (off_t)SHM_REGION_BYTES) < 0 ||
+	    fallocate(rx->fd, 0, 0, (off_t)SHM_HDR_BYTES) < 0 || fcntl(rx->fd, F_ADD_SEALS, seals) < 0) {
+		region_failed("sizing and sealing the memfd");
+		goto fail;
+	}
 	/* Until it was sealed, a process of our user could open it through
 	 * /proc/PID/fd and seal it further (F_SEAL_WRITE: our stores would
 	 * fault; F_SEAL_SEAL first: our seals fail) or resize it (issue #13):
-	 * exactly our seals and our size, or it is not used. */
-	if (fcntl(rx->fd, F_GET_SEALS) != seals || fstat(rx->fd, &st) < 0 || st.st_size != (off_t)SHM_REGION_BYTES)
+	 * our seals (shm_seals_ok) and our size, or it is not used. */
+	if (!shm_seals_ok(fcntl(rx->fd, F_GET_SEALS)) || fstat(rx->fd, &st) < 0 ||
+	    st.st_size != (off_t)SHM_REGION_BYTES) {
+		errno = EPERM;
+		region_failed("the memfd's seals or size changed");
 		goto fail;
+	}
 	m = map_region(rx->fd, SHM_REGION_BYTES, 0);
 	rx->bufs = malloc((size_t)SHM_RX_BATCH * SHM_PKT_MAX);
-	if (m == MAP_FAILED || !rx->bufs)
+	if (m == MAP_FAILED || !rx->bufs) {
+		region_failed("mapping the region");
 		goto fail;
+	}
 	rx->r = m;
 	rx->r->version = SHM_VERSION;
 	rx->r->nrings = SHM_RINGS;
@@ -602,9 +715,14 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	memcpy(rx->r->gid, gid, 16);
 	memcpy(rx->gid, gid, 16);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-	if ((rx->lfd = region_listen(gid, rx->path)) < 0)
-		goto fail;
+	pthread_mutex_lock(&fork_lock);
+	rx->lfd = region_listen(gid, rx->path);
 	fd_track(rx->lfd);
+	pthread_mutex_unlock(&fork_lock);
+	if (rx->lfd < 0) {
+		region_failed("its rendezvous socket");
+		goto fail;
+	}
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
 	own_rx = rx;
@@ -632,12 +750,15 @@ int shm_rx_listen_fd(const struct shm_rx *rx)
  * cannot be accepted for want of an fd is accepted on the spare one and
  * closed (the producer goes by UDP): left queued it would keep the
  * level-triggered listener readable and the engine awake for it (issue
- * #13).  -1 when one cannot be accepted at all (ENOMEM): the caller stops
- * watching the socket until its next serve pass (ring.c). */
+ * #13).  -1 when one cannot be accepted at all (ENOMEM, or no fd and no
+ * spare): the caller stops watching the socket and serves again within
+ * SERVE_STALLED_NS (ring.c, exec/engine.c). */
 int shm_rx_serve(struct shm_rx *rx)
 {
 	if (!rx || rx->pid != shm_self())
 		return 0;
+	if (atomic_load(&reserve_fd) < 0)
+		reserve_open();  /* spent on an earlier connection while no fd was free */
 	for (int k = 0; k < 64; k++) {
 		int c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fds_retry(c))
@@ -662,18 +783,32 @@ int shm_rx_serve(struct shm_rx *rx)
 				return -1;
 			continue;
 		}
+		/* A description of its own for the producer, never rx->fd's:
+		 * that one holds our flock, and anyone keeping a copy of it would
+		 * keep us "alive" after we died (owner_alive), and with us a
+		 * region that nobody reads (issue #13, second review).  The
+		 * producer reopens it anyway (region_reopen). */
+		int give = -1;
+		pthread_mutex_lock(&fork_lock);  /* a child forked meanwhile must not inherit it */
 		if (peer_is_us(c)) {
+			char path[32];
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", rx->fd);
+			give = open(path, O_RDWR | O_CLOEXEC);
+		}
+		if (give >= 0) {
 			struct fd_msg m;
 			fd_msg_init(&m, CMSG_SPACE(sizeof(int)));
 			struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
 			cm->cmsg_level = SOL_SOCKET;
 			cm->cmsg_type = SCM_RIGHTS;
 			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &rx->fd, sizeof(int));
+			memcpy(CMSG_DATA(cm), &give, sizeof(int));
 			if (sendmsg(c, &m.mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 				/* the producer gave up waiting: it uses UDP */
 			}
+			close(give);
 		}
+		pthread_mutex_unlock(&fork_lock);
 		close(c);
 	}
 	return 0;
@@ -935,7 +1070,8 @@ static bool owner_alive(int fd)
  * of our own: the owner's flock and our ring locks must not be one) if it
  * is one: a memfd of our own user, sealed against any change of size and
  * nothing else (F_GET_SEALS fails on anything but a memfd), of a region's size, whose
- * owner lives.  The caller's fd is closed in any case.  -1 otherwise. */
+ * owner lives, tracked (fd_track).  The caller's fd, tracked too, is
+ * closed in any case.  -1 otherwise. */
 static int region_reopen(int fd)
 {
 	struct stat st;
@@ -943,34 +1079,39 @@ static int region_reopen(int fd)
 	int seals = fcntl(fd, F_GET_SEALS);
 	int nfd = -1;
 
-	/* exactly the owner's seals: F_SEAL_WRITE would make our stores fault */
-	if (seals == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) &&
+	/* the owner's seals (shm_seals_ok): F_SEAL_WRITE would make our stores fault */
+	if (shm_seals_ok(seals) &&
 	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		pthread_mutex_lock(&fork_lock);
 		nfd = open(path, O_RDWR | O_CLOEXEC);
+		fd_track(nfd);
+		pthread_mutex_unlock(&fork_lock);
 		struct stat nst;
 		/* the same file, still (the link is the fd's own) */
 		if (nfd >= 0 && (fstat(nfd, &nst) < 0 || nst.st_ino != st.st_ino || nst.st_dev != st.st_dev || !owner_alive(nfd))) {
-			close(nfd);
+			fd_close_tracked(nfd);
 			nfd = -1;
 		}
 	}
-	close(fd);
+	fd_close_tracked(fd);
 	return nfd;
 }
 
 /* Ask the owner of gid's socket for its region: the fd it sends, or -1
  * (no socket, a dead owner's, another user's, a full backlog, no answer
  * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
- * goes by UDP, as with no region).  Called without locks (shm_tx_prepare).
+ * goes by UDP, as with no region; *immediate when the connect itself said
+ * so: no socket, a dead owner's).  Called without locks (shm_tx_prepare).
  * Every fd an answer carries is received and all but the one accepted are
  * closed, so no answer can leave fds with us. */
-static int region_ask(const uint8_t gid[16])
+static int region_ask(const uint8_t gid[16], bool *immediate)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
 	int fd = -1;
 
+	*immediate = false;
 	if (!region_addr(gid, &sa, &l))
 		return -1;
 	/* non-blocking: a full backlog refuses at once (EAGAIN) */
@@ -978,11 +1119,18 @@ static int region_ask(const uint8_t gid[16])
 	if (s < 0)
 		return -1;
 	atomic_fetch_add(&asks_made, 1);
-	if (connect(s, (struct sockaddr *)&sa, l) == 0 && peer_is_us(s)) {
+	int rc = connect(s, (struct sockaddr *)&sa, l);
+	/* no socket file, or a dead owner's: known at once, nothing to cache
+	 * (peer_resolve) */
+	*immediate = rc < 0 && (errno == ENOENT || errno == ECONNREFUSED);
+	if (rc == 0 && peer_is_us(s)) {
 		struct pollfd pfd = { .fd = s, .events = POLLIN };
 		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
 			struct fd_msg m;
 			fd_msg_init(&m, sizeof(m.u.b));
+			/* the fds it brings are ours from here: tracked or closed
+			 * before a fork can copy them (fork_lock) */
+			pthread_mutex_lock(&fork_lock);
 			ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 			int nfds = 0, ncm = 0, got = -1;
 			/* with MSG_CTRUNC the fds that fit were installed: closed too */
@@ -1001,9 +1149,10 @@ static int region_ask(const uint8_t gid[16])
 				}
 			}
 			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
-				fd = got;
+				fd_track(fd = got);
 			else if (got >= 0)
 				close(got);
+			pthread_mutex_unlock(&fork_lock);
 		}
 	}
 	close(s);
@@ -1032,7 +1181,6 @@ static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
 {
 	if (fd < 0 || (fd = region_reopen(fd)) < 0)
 		return NULL;
-	fd_track(fd);
 	struct shm_region *r = header_map(fd, dgid);
 	struct shm_peer *pe = r ? calloc(1, sizeof(*pe)) : NULL;
 	uint32_t tag = 0;
@@ -1063,7 +1211,10 @@ static struct shm_peer *region_own(const uint8_t dgid[16])
 	pthread_mutex_lock(&own_lock);
 	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
 		if (!memcmp(rx->gid, dgid, 16)) {
+			pthread_mutex_lock(&fork_lock);
 			fd = fcntl(rx->fd, F_DUPFD_CLOEXEC, 0);
+			fd_track(fd);
+			pthread_mutex_unlock(&fork_lock);
 			break;
 		}
 	pthread_mutex_unlock(&own_lock);
@@ -1112,18 +1263,16 @@ static struct shm_ask *ask_find(const uint8_t gid[16])
 	return NULL;
 }
 
-/* A slot for a new ask: a free one, else the failure that expires first;
- * NULL when every one is in flight (the ask is then not coalesced). */
-static struct shm_ask *ask_slot(void)
+/* A slot for a new ask: a free one, or a failure that has expired; NULL
+ * when every one is in flight or a failure still cached: the flow then
+ * goes by UDP, not asking (an unexpired failure evicted would be asked,
+ * and waited for, again: issue #13, second review). */
+static struct shm_ask *ask_slot(uint64_t now)
 {
-	struct shm_ask *best = NULL;
-	for (unsigned i = 0; i < SHM_ASKS; i++) {
-		if (!asks[i].used)
+	for (unsigned i = 0; i < SHM_ASKS; i++)
+		if (!asks[i].used || (!asks[i].pending && now >= asks[i].until))
 			return &asks[i];
-		if (!asks[i].pending && (!best || asks[i].until < best->until))
-			best = &asks[i];
-	}
-	return best;
+	return NULL;
 }
 
 static void asks_forget(const uint8_t gid[16])
@@ -1135,12 +1284,16 @@ static void asks_forget(const uint8_t gid[16])
 	pthread_mutex_unlock(&peers_lock);
 }
 
-/* With peers_lock held: the live entry of dgid, asked for if need be
- * (the lock is dropped meanwhile), or NULL: no region, or it failed less
- * than SHM_ASK_FAIL_NS ago.  Entries no flow holds expire as failures
- * do; an entry whose owner died is dropped (freed with its last ring). */
-static struct shm_peer *peer_resolve(const uint8_t dgid[16])
+/* With peers_lock held: the live entry of dgid, asked for if need be and
+ * may_ask (the lock is dropped meanwhile), or NULL: no region, it failed
+ * less than SHM_ASK_FAIL_NS ago, no slot to ask with, or (!may_ask) no
+ * answer at hand.  Entries no flow holds expire as failures do; an entry
+ * whose owner died is dropped (freed with its last ring).  Failures the
+ * connect reports at once (no socket file, a dead owner's: every remote
+ * GID is one) cost nothing to redo and are not cached. */
+static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
 {
+	uint64_t wait_until = 0;
 	for (;;) {
 		uint64_t now = mono_ns();
 		struct shm_peer *pe, *next;
@@ -1162,25 +1315,32 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 		}
 		if (!(pe = region_own(dgid))) {
 			struct shm_ask *a = ask_find(dgid);
+			if (!may_ask)
+				return NULL;  /* under the caller's locks: never an ask, never a wait */
 			if (a && a->pending) {
-				pthread_cond_wait(&asks_cond, &peers_lock);  /* its answer */
+				/* its answer, for a bounded time (SHM_ASK_WAIT_NS) */
+				if (!wait_until)
+					wait_until = now + SHM_ASK_WAIT_NS;
+				struct timespec ts = { .tv_sec = (time_t)(wait_until / 1000000000ull),
+						       .tv_nsec = (long)(wait_until % 1000000000ull) };
+				if (pthread_cond_timedwait(&asks_cond, &peers_lock, &ts) == ETIMEDOUT)
+					return NULL;
 				continue;
 			}
 			if (a && now < a->until)
 				return NULL;
-			if (!a && (a = ask_slot())) {
-				a->used = true;
-				memcpy(a->gid, dgid, 16);
-			}
-			if (a)
-				a->pending = true;
+			if (!a && !(a = ask_slot(now)))
+				return NULL;  /* the table is full of asks and fresh failures: UDP */
+			a->used = a->pending = true;
+			memcpy(a->gid, dgid, 16);
 			pthread_mutex_unlock(&peers_lock);
-			pe = peer_new(region_ask(dgid), dgid);
+			bool immediate;
+			pe = peer_new(region_ask(dgid, &immediate), dgid);
 			pthread_mutex_lock(&peers_lock);
-			if (a && a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
+			if (a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
 				a->pending = false;
 				a->until = mono_ns() + SHM_ASK_FAIL_NS;
-				a->used = !pe;
+				a->used = !pe && !immediate;
 				pthread_cond_broadcast(&asks_cond);
 			}
 			if (!pe)
@@ -1193,12 +1353,33 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16])
 	}
 }
 
+/* The public entries that take peers_lock or may wait run with thread
+ * cancellation off (issue #13): a thread cancelled in the ask's poll
+ * would leave its slot pending for ever, one cancelled in the timed wait
+ * would exit holding peers_lock (pthread_cond_timedwait re-takes the
+ * mutex before acting on the cancellation, pthread_cancel(3)), and either
+ * would leak the ask's socket.  A cancellation asked for meanwhile is
+ * acted upon at the caller's next cancellation point. */
+static int shm_nocancel(void)
+{
+	int old = PTHREAD_CANCEL_ENABLE;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	return old;
+}
+
+static void shm_cancel_restore(int old)
+{
+	pthread_setcancelstate(old, NULL);
+}
+
 void shm_tx_prepare(const uint8_t dgid[16])
 {
+	int cs = shm_nocancel();
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	peer_resolve(dgid);
+	peer_resolve(dgid, true);
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 }
 
 bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
@@ -1211,6 +1392,16 @@ bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
 unsigned long shm_tx_test_asks(void)
 {
 	return atomic_load(&asks_made);
+}
+
+void shm_tx_test_expire(void)
+{
+	pthread_mutex_lock(&peers_lock);
+	for (struct shm_peer *pe = peers; pe; pe = pe->next)
+		pe->until = 0;
+	for (unsigned i = 0; i < SHM_ASKS; i++)
+		asks[i].until = 0;
+	pthread_mutex_unlock(&peers_lock);
 }
 
 /* Claim a ring of pe's region not held by this process: a free one (given
@@ -1278,12 +1469,14 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 {
 	struct shm_peer *pe;
 	struct shm_tx *tx = NULL;
+	int cs = shm_nocancel();
 
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	/* asked for by shm_tx_prepare before the caller took its locks: no
-	 * wait here then (shm.h) */
-	if (!(pe = peer_resolve(dgid)))
+	/* asked for by shm_tx_prepare before the caller took its locks; no
+	 * answer at hand (none prepared, expired, evicted, the owner changed):
+	 * UDP, never an ask or a wait under the caller's locks (shm.h) */
+	if (!(pe = peer_resolve(dgid, false)))
 		goto out;
 	if (pe->nheld < rings_own)
 		tx = ring_claim(pe);
@@ -1297,6 +1490,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
 		tx->users++;
 out:
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 	return tx;
 }
 
@@ -1304,6 +1498,7 @@ void shm_tx_detach(struct shm_tx *tx)
 {
 	if (!tx)
 		return;
+	int cs = shm_nocancel();
 	pthread_mutex_lock(&peers_lock);
 	struct shm_peer *pe = tx->peer;
 	bool ours = pe->pid == shm_self();
@@ -1330,6 +1525,7 @@ void shm_tx_detach(struct shm_tx *tx)
 		}
 	}
 	pthread_mutex_unlock(&peers_lock);
+	shm_cancel_restore(cs);
 }
 /* Write the record at position pos (units long) and publish it.  The seq of
  * the unit after it is cleared first, so that the consumer, arriving there,

@@ -1,5 +1,5 @@
 /* The same-host rings: RoCEv2 packets through shared memory instead of
- * loopback UDP, between uroce processes of one network namespace (see
+ * loopback UDP, between uroce processes of one network namespace and one rendezvous directory (see
  * docs/architecture.md, "Same-host rings").  This is the mechanism --
  * regions, rings, their memory ordering; the backend built on it is
  * ring.c.  The packets are the very bytes the UDP path sends (BTH .. ICRC,
@@ -41,6 +41,9 @@ int shm_rx_listen_fd(const struct shm_rx *rx);
  * -1: a connection could not be accepted (no memory), the socket stays
  * readable: the caller stops watching it until it serves again. */
 int shm_rx_serve(struct shm_rx *rx);
+/* Are these F_GET_SEALS bits a region's?  Its own seals, and F_SEAL_EXEC
+ * besides (vm.memfd_noexec adds it), nothing else (shm.c). */
+bool shm_seals_ok(int seals);
 /* No rings in this process: the rendezvous directory is not private, or
  * the euid is the overflow uid (shm.c, "Rendezvous"). */
 bool shm_dir_refused(void);
@@ -65,12 +68,16 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
 /* Asks dgid's owner for its region, waiting up to SHM_CONNECT_WAIT_MS
  * (shm.c) for its answer, and caches the answer: the region (until a flow
  * attaches, or a second passes), or that there is none (for a second, so
- * that an owner that does not answer costs one wait, not one per QP).
- * Concurrent asks for one address are one.  Called without locks
- * (ibv_modify_qp, before the QP's lock): shm_tx_attach then finds the
- * answer and never waits under the caller's locks (it asks only for an
- * address nobody asked for, as tests do). */
+ * that an owner that does not answer costs one wait, not one per QP; a
+ * connect refused at once -- no socket file, a dead owner's -- is not
+ * cached: it costs nothing to redo).  Concurrent asks for one address are
+ * one (a waiter waits at most twice the bound, then UDP).  Called without
+ * locks (ibv_modify_qp, before the QP's lock).  shm_tx_attach never asks
+ * and never waits: without a fresh answer prepared (none, older than a
+ * second, or its owner changed) the flow goes by UDP. */
 void shm_tx_prepare(const uint8_t dgid[16]);
+/* Tests: every cached answer expires now (as a second later). */
+void shm_tx_test_expire(void);
 void shm_tx_detach(struct shm_tx *tx);
 /* The records of a send call appear to the consumer together (shm.c), so a
  * message is taken in only once the whole call is in the ring.  The

@@ -57,7 +57,8 @@
 	X(shm_bad, "same-host ring entries dropped: impossible count or length") \
 	X(shm_fork_refused, "same-host ring sends refused: a forked child's flow on its parent's ring (by UDP from then on)") \
 	X(shm_dir_refused, "devices opened without same-host rings: the rendezvous directory is not private (net/shm.c)") \
-	X(shm_serve_stalled, "same-host rendezvous listeners unwatched until the next serve pass: a connection could not be accepted") \
+	X(shm_region_failed, "same-host ring regions that could not be made (memfd, seals, mapping or socket: logged once): that address takes UDP") \
+	X(shm_serve_stalled, "same-host rendezvous listeners unwatched for up to 10 ms (the engine then serves again): a connection could not be accepted") \
 	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)") \
 	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)")
 

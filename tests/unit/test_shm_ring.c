@@ -8,9 +8,16 @@
  * accepted does not spin the engine; a peer cannot truncate a region (it
  * is sealed), so a thread that blocks SIGBUS survives the attempt; a
  * forked child neither produces into nor gives back its parent's rings,
- * and holds nothing of them when its parent dies. */
+ * and holds nothing of them when its parent dies.  The second review of
+ * issue #13: a cancelled ask leaves nothing stuck, a kept handed-over fd
+ * does not keep a dead owner alive, a stalled listener is served again on
+ * an idle device, F_SEAL_EXEC is accepted, a replaced directory is not
+ * bound in, no fork inherits a region fd in a gap, attach never asks. */
+#include "exec/exec.h"
 #include "net/net.h"
 #include "net/shm.h"
+#include "util/counters.h"
+#include "util/stats.h"
 #include <assert.h>
 #include <poll.h>
 #include <pthread.h>
@@ -101,6 +108,14 @@ static bool got_one(struct shm_rx *rx, uint32_t seq, uint32_t len)
 	return n == 1 && pkts[0].len == len && matches(pkts[0].buf, len, seq);
 }
 
+/* A ring in gid's region for a flow, as a QP gets one: asked for first
+ * (shm_tx_prepare: ibv_modify_qp before the QP's lock), then attached. */
+static struct shm_tx *attach(const uint8_t *gid)
+{
+	shm_tx_prepare(gid);
+	return shm_tx_attach(gid);
+}
+
 /* an address of this test's own, unlike any device's: gid_a with last byte k */
 static void test_gid(uint8_t gid[16], uint8_t k)
 {
@@ -122,7 +137,7 @@ static bool region_and_ring(uint8_t gid[16], uint8_t k, struct shm_rx **rx, stru
 {
 	test_gid(gid, k);
 	*rx = shm_rx_open(gid);
-	*tx = *rx ? shm_tx_attach(gid) : NULL;
+	*tx = *rx ? attach(gid) : NULL;
 	CHECK(*rx && *tx, "region and ring");
 	return *tx != NULL;
 }
@@ -140,7 +155,7 @@ static void test_order_and_wrap(void)
 	CHECK(rx, "region opens");
 	if (!rx)
 		return;
-	struct shm_tx *tx = shm_tx_attach(gid_a);
+	struct shm_tx *tx = attach(gid_a);
 	CHECK(tx, "ring claimed");
 	CHECK(shm_rx_active(rx), "the region sees its ring");
 	static struct uroce_rxpkt pkts[64];
@@ -212,7 +227,7 @@ static void test_order_and_wrap(void)
 	CHECK(n == 2, "the two records sent before the ring was given back are delivered (%d)", n);
 	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 0 && !shm_rx_active(rx), "then the ring is free (%d)", n);
-	tx = shm_tx_attach(gid_a);
+	tx = attach(gid_a);
 	CHECK(tx, "ring claimed again");
 	send_one(tx, 777, 40);
 	CHECK(got_one(rx, 777, 40), "the new producer's packet alone");
@@ -259,7 +274,7 @@ static void test_position_wrap(void)
 	size_t len;
 	uint8_t *ring;
 	uint8_t *map = map_region(gid, &len, &ring);
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	CHECK(map && tx, "mapped, ring claimed");
 	if (!map || !tx)
 		return;
@@ -385,7 +400,7 @@ static void test_hostile_producer(void)
 	shm_tx_detach(tx);
 	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(!shm_rx_active(rx), "a broken ring given back is freed");
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(tx, "and claimed again");
 	if (!tx)
 		return;
@@ -401,7 +416,7 @@ static void test_hostile_producer(void)
 	 * would hold the consumer) */
 	shm_tx_detach(tx);
 	shm_rx_poll(rx, pkts, 64, &more, &bad);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(tx, "claimed once more");
 	if (!tx)
 		return;
@@ -479,12 +494,19 @@ static bool child_opens_region(const uint8_t *gid)
 
 static bool child_sends_two(const uint8_t *gid)
 {
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	if (tx) {
 		send_one(tx, 9, 30);
 		send_one(tx, 9, 30);
 	}
 	return tx != NULL;
+}
+
+/* A child's region at test address k (the child serves it until killed). */
+static void child_region(uint8_t gid[16], uint8_t k, pid_t *child)
+{
+	test_gid(gid, k);
+	CHECK(in_child(child_opens_region, gid, child), "a child opened its region (address %u)", k);
 }
 
 /* Another process's region is handed over through its socket; once the
@@ -496,7 +518,7 @@ static void test_dead_owner(void)
 	test_gid(gid, 3);
 	pid_t child;
 	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	CHECK(tx, "a live owner's region is attached to");
 	send_one(tx, 5, 60);
 	int fd = region_fd(gid);
@@ -510,9 +532,55 @@ static void test_dead_owner(void)
 		close(fd);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	CHECK(!tx, "a dead owner's region is not");
 	shm_tx_detach(tx);
+}
+
+/* The fd gid's owner hands to whoever connects, received as a careless
+ * (or hostile) producer would and kept as it came; -1: none. */
+static int receive_region_fd(const uint8_t gid[16])
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+		return -1;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	char d;
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+	struct iovec iov = { &d, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+	int fd = -1;
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && recvmsg(s, &mh, MSG_CMSG_CLOEXEC) == 1) {
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	}
+	if (s >= 0)
+		close(s);
+	return fd;
+}
+
+/* Review 2, item 2: a process that keeps the fd it was handed does not
+ * keep a dead owner "alive": the owner hands out a description of its
+ * own, not the one that holds its flock, so a flow attached after the
+ * owner died finds no region (on the old code it got a ring nobody reads). */
+static void test_kept_fd_not_alive(void)
+{
+	uint8_t gid[16];
+	pid_t child;
+	child_region(gid, 72, &child);
+	int kept = receive_region_fd(gid);
+	CHECK(kept >= 0, "a producer received the region's fd and keeps it");
+	struct shm_tx *tx = attach(gid);
+	CHECK(tx, "a live owner's region is attached to");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	struct shm_tx *tx2 = attach(gid);
+	CHECK(!tx2, "the owner died: no ring, whoever keeps the fd it handed out");
+	shm_tx_detach(tx2);
+	shm_tx_detach(tx);
+	if (kept >= 0)
+		close(kept);
 }
 
 /* A listener at gid's socket file that never answers (a stopped owner,
@@ -551,7 +619,7 @@ static void test_squatted_name(void)
 		pid_t child;
 		CHECK(in_child(child_opens_region, gid, &child), "the child opened its region over the %s socket",
 		      stale ? "stale" : "silent");
-		struct shm_tx *tx = shm_tx_attach(gid);
+		struct shm_tx *tx = attach(gid);
 		CHECK(tx, "a producer finds it (%s)", stale ? "stale" : "silent");
 		if (tx) {
 			send_one(tx, 6, 70);
@@ -647,7 +715,7 @@ static void test_hostile_handover(void)
 			hostile_owner(gid, how, p[1]);
 		CHECK(read(p[0], &c, 1) == 1, "the hostile owner listens");
 		int before = fd_count();
-		struct shm_tx *tx = shm_tx_attach(gid);
+		struct shm_tx *tx = attach(gid);
 		int after = fd_count();
 		CHECK(!tx, "%s: refused", what[how]);
 		CHECK(after == before, "%s: no fd left behind (%d before, %d after)", what[how], before, after);
@@ -657,6 +725,22 @@ static void test_hostile_handover(void)
 		close(p[0]);
 		close(p[1]);
 	}
+}
+
+/* Review 2, item 4: under vm.memfd_noexec=1/2 the kernel adds F_SEAL_EXEC
+ * (0x20) to our seals, F_GET_SEALS reads 0x27: still a region's (a test
+ * cannot set the sysctl, so the check itself); a seal against writes is
+ * not, nor are missing seals. */
+static void test_seals_check(void)
+{
+	const int ours = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	CHECK(shm_seals_ok(ours), "our seals (%#x)", ours);
+	CHECK(shm_seals_ok(0x27), "ours and F_SEAL_EXEC (0x27, vm.memfd_noexec)");
+	CHECK(!shm_seals_ok(ours | F_SEAL_WRITE), "F_SEAL_WRITE refused");
+	CHECK(!shm_seals_ok(0x27 | F_SEAL_WRITE), "F_SEAL_WRITE with F_SEAL_EXEC refused");
+	CHECK(!shm_seals_ok(ours | 0x10), "F_SEAL_FUTURE_WRITE refused");
+	CHECK(!shm_seals_ok(F_SEAL_SHRINK | F_SEAL_SEAL | 0x20), "a seal missing refused");
+	CHECK(!shm_seals_ok(-1), "no seals to read (not a memfd) refused");
 }
 
 /* Issue #13, item 2: an owner that never answers is asked once, not once
@@ -673,7 +757,7 @@ static void test_negative_cache(void)
 	CHECK(!tx, "no answer: no ring");
 	CHECK(shm_tx_test_asks() == asks + 1, "asked once (%lu)", shm_tx_test_asks() - asks);
 	for (int i = 0; i < 100; i++)
-		shm_tx_detach(shm_tx_attach(gid));
+		shm_tx_detach(attach(gid));
 	CHECK(shm_tx_test_asks() == asks + 1, "and not again for the next 100 attaches (%lu)", shm_tx_test_asks() - asks);
 	close(s);
 	/* a region answered is cached too: prepare, then attach, ask once */
@@ -688,6 +772,107 @@ static void test_negative_cache(void)
 	shm_tx_detach(tx);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
+}
+
+/* Review 2, item 7: shm_tx_attach, called under the QP's lock, never asks
+ * (never waits): not without a prepare, not after the prepared answer
+ * expired; a connect refused at once (no socket: every remote GID) is not
+ * cached, so it fills no slot and is asked again at the next prepare. */
+static void test_attach_never_asks(void)
+{
+	uint8_t gid[16], none[16];
+	pid_t child;
+	child_region(gid, 73, &child);
+	unsigned long asks = shm_tx_test_asks();
+	struct shm_tx *tx = shm_tx_attach(gid);
+	CHECK(!tx && shm_tx_test_asks() == asks, "unprepared: no ring, asked %lu times", shm_tx_test_asks() - asks);
+	shm_tx_prepare(gid);
+	shm_tx_test_expire();  /* as a second later */
+	asks = shm_tx_test_asks();
+	tx = shm_tx_attach(gid);
+	CHECK(!tx && shm_tx_test_asks() == asks, "the prepared answer expired: no ring, asked %lu times",
+	      shm_tx_test_asks() - asks);
+	tx = attach(gid);
+	CHECK(tx, "prepared afresh: a ring");
+	shm_tx_detach(tx);
+	test_gid(none, 74);  /* nobody's socket */
+	asks = shm_tx_test_asks();
+	shm_tx_prepare(none);
+	shm_tx_prepare(none);
+	CHECK(shm_tx_test_asks() == asks + 2, "no socket: not cached, asked again (%lu asks)", shm_tx_test_asks() - asks);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
+/* Review 2, item 1: threads cancelled while they ask (the asker in its
+ * poll, a coalesced waiter in its wait) leave nothing behind: no slot
+ * pending for ever, no peers_lock held.  The asker is cancelled once the
+ * silent listener has its connection (so it is at, or about to enter,
+ * its poll); then prepares of the same and of another address complete
+ * (within the test's own timeout: a helper thread that this test joins,
+ * alarm() the backstop). */
+static uint8_t cancel_gid[16];
+static void *prepare_thread(void *arg)
+{
+	shm_tx_prepare(arg ? (const uint8_t *)arg : cancel_gid);
+	for (;;)
+		pause();  /* a cancellation point: the cancel lands here at the latest */
+	return NULL;
+}
+
+static void *prepare_then_done(void *arg)
+{
+	shm_tx_prepare((const uint8_t *)arg);
+	return arg;
+}
+
+static bool prepare_completes(const uint8_t gid[16])
+{
+	pthread_t t;
+	void *ret = NULL;
+	if (pthread_create(&t, NULL, prepare_then_done, (void *)gid))
+		return false;
+	return pthread_join(t, &ret) == 0 && ret == gid;
+}
+
+static void on_cancel_hang(int sig)
+{
+	(void)sig;
+	static const char m[] = "not ok: test_cancelled_ask: a prepare after a cancelled ask hangs\n";
+	if (write(1, m, sizeof(m) - 1) < 0)
+		_exit(2);
+	_exit(1);
+}
+
+static void test_cancelled_ask(void)
+{
+	uint8_t other[16];
+	test_gid(cancel_gid, 70);
+	test_gid(other, 71);
+	int s = listen_at(cancel_gid, false);
+	CHECK(s >= 0, "a silent listener");
+	if (s < 0)
+		return;
+	signal(SIGALRM, on_cancel_hang);
+	alarm(20);
+	pthread_t asker, waiter;
+	CHECK(pthread_create(&asker, NULL, prepare_thread, NULL) == 0, "asker");
+	int c = accept(s, NULL, NULL);  /* the asker has connected: it polls for the answer */
+	CHECK(pthread_create(&waiter, NULL, prepare_thread, NULL) == 0, "waiter");
+	sched_yield();  /* the waiter is likely waiting for the asker's answer now (not asserted) */
+	pthread_cancel(waiter);
+	pthread_cancel(asker);
+	pthread_join(asker, NULL);
+	pthread_join(waiter, NULL);
+	if (c >= 0)
+		close(c);
+	CHECK(prepare_completes(other), "a prepare of another address completes");
+	close(s);
+	s = listen_at(cancel_gid, true);  /* a stale file: refused at once */
+	CHECK(prepare_completes(cancel_gid), "a prepare of the same address completes");
+	CHECK(!attach(cancel_gid), "and finds no region");
+	alarm(0);
+	signal(SIGALRM, SIG_DFL);
 }
 
 /* Issue #13, item 5: a connection that cannot be accepted (no fd left)
@@ -747,6 +932,109 @@ static void test_accept_fails(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "hard limit: one wake-up, not a spin (status %#x)", status);
 }
 
+/* Connect to gid's socket and wait up to wait_ms for the region's fd:
+ * 1 an fd came (closed again), 0 the owner closed the connection without
+ * one, -1 no answer (or no connection). */
+static int ask_raw(const uint8_t gid[16], int wait_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+		return -1;
+	/* non-blocking: the backlog of unanswered connections fills up (EAGAIN) */
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int r = -1;
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		struct pollfd pfd = { .fd = s, .events = POLLIN };
+		if (poll(&pfd, 1, wait_ms) == 1) {
+			char d;
+			union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+			struct iovec iov = { &d, 1 };
+			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+					     .msg_controllen = sizeof(u.b) };
+			ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+			struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+			r = 0;
+			if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+				close(fd);
+				r = 1;
+			}
+		}
+	}
+	if (s >= 0)
+		close(s);
+	return r;
+}
+
+/* The owner of the stalled-listener test: a device with its engine (UDP
+ * on its own 127.64.x.y, and rings), run out of fds at the hard limit,
+ * then given some back.  It tells the parent its GID, waits until its
+ * engine stalled a listener, frees its fds, and says so. */
+static void stalled_owner(int to_parent, int from_parent)
+{
+	struct uroce_dev *dev = uroce_dev_open(NULL, true);
+	char c = 0;
+	if (!dev || write(to_parent, dev->cfg.gids[0], 16) != 16)
+		_exit(1);
+	int held[8];
+	for (int i = 0; i < 8; i++)
+		held[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int lowest = dup(0);  /* every fd below it is open */
+	close(lowest);
+	struct rlimit lim = { (rlim_t)lowest, (rlim_t)lowest };
+	if (setrlimit(RLIMIT_NOFILE, &lim) < 0 || write(to_parent, &c, 1) != 1)
+		_exit(1);
+	/* the parent's connections: the spare fd takes the first, the next
+	 * cannot be accepted: the listener is unwatched */
+	while (!__atomic_load_n(&dev->stats->counters[UC_shm_serve_stalled], __ATOMIC_RELAXED))
+		usleep(1000);
+	for (int i = 0; i < 8; i++)
+		close(held[i]);
+	if (write(to_parent, &c, 1) != 1 || read(from_parent, &c, 1) < 0)
+		_exit(1);
+	_exit(0);
+}
+
+/* Review 2, item 3: a listener unwatched for want of an fd is watched
+ * again, on an idle device too (no traffic brings a serve pass): once fds
+ * are free, a producer gets the region (it never did on the old code:
+ * every ask went unanswered).  Bounded by the attempts, not timed. */
+static void test_stalled_listener_rearmed(void)
+{
+	int up[2], down[2];
+	if (pipe(up) < 0 || pipe(down) < 0)
+		return;
+	pid_t child = fork();
+	if (child == 0) {
+		close(up[0]);
+		close(down[1]);
+		stalled_owner(up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	uint8_t gid[16];
+	char c;
+	CHECK(read(up[0], gid, 16) == 16 && read(up[0], &c, 1) == 1, "the owner's device is open, its fds used up");
+	/* connections until the owner says its listener stalled: the spare
+	 * one is closed (0), the next one is left unanswered */
+	int closed = 0;
+	struct pollfd pfd = { .fd = up[0], .events = POLLIN };
+	for (int i = 0; i < 200 && poll(&pfd, 1, 0) == 0; i++)
+		closed += ask_raw(gid, 20) == 0;
+	CHECK(poll(&pfd, 1, 10000) == 1 && read(up[0], &c, 1) == 1, "the owner's listener stalled and its fds are free");
+	int got = 0;
+	for (int i = 0; i < 100 && got != 1; i++)
+		got = ask_raw(gid, 50);
+	CHECK(got == 1, "then a producer gets the region (%d; %d closed on the spare fd)", got, closed);
+	if (write(down[1], &c, 1) != 1) {
+	}
+	int status;
+	waitpid(child, &status, 0);
+	close(up[0]);
+	close(down[1]);
+}
+
 /* Issue #13, item 8: a producer that forked a child and then died: the
  * child holds nothing of the region (the fd closed at the fork, the
  * mappings not inherited), so the consumer reaps the dead producer's ring
@@ -756,7 +1044,7 @@ static _Atomic int *grandchild_pid;  /* a shared page */
 
 static bool child_claims_forks_and_waits(const uint8_t *gid)
 {
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	if (!tx)
 		return false;
 	send_one(tx, 9, 30);
@@ -833,10 +1121,10 @@ static void test_dead_producer(void)
 	struct shm_tx *others[31];
 	int nothers = 0;
 	for (int i = 0; i < 31; i++)
-		if ((others[nothers] = shm_tx_attach(gid)))
+		if ((others[nothers] = attach(gid)))
 			nothers++;
 	CHECK(nothers == 31, "31 more rings (%d)", nothers);
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = attach(gid);
 	bool ours = false;
 	for (int i = 0; i < nothers; i++)
 		ours |= tx == others[i];
@@ -847,7 +1135,7 @@ static void test_dead_producer(void)
 	bool more = false;
 	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
 	CHECK(n == 2 && matches(pkts[0].buf, 30, 9), "the dead producer's packets are delivered (%d)", n);
-	tx = shm_tx_attach(gid);
+	tx = attach(gid);
 	ours = false;
 	for (int i = 0; i < nothers; i++)
 		ours |= tx == others[i];
@@ -877,7 +1165,7 @@ static void test_rings_shared(void)
 	struct shm_tx *tx[24];
 	int distinct = 0;
 	for (int i = 0; i < 24; i++) {
-		tx[i] = shm_tx_attach(gid);
+		tx[i] = attach(gid);
 		CHECK(tx[i], "flow %d has a ring", i);
 		if (!tx[i])
 			return;
@@ -952,7 +1240,7 @@ static void test_truncation_refused(void)
 	pthread_sigmask(SIG_BLOCK, &bus, &old);
 	if (!region_and_ring(gid, 11, &rx, &tx1))
 		goto out;
-	tx2 = shm_tx_attach(gid);
+	tx2 = attach(gid);
 	CHECK(tx2, "a second ring");
 	send_one(tx1, 1, 100);
 	CHECK(got_one(rx, 1, 100), "a packet before the attempt");
@@ -999,7 +1287,7 @@ static void *hold_peers_lock(void *arg)
 	 * is dropped meanwhile, and taken again after): the fork likely
 	 * comes meanwhile (the test passes either way; it then also shows
 	 * that the child's lock and ask table were made anew) */
-	shm_tx_detach(shm_tx_attach(arg));
+	shm_tx_detach(attach(arg));
 	return NULL;
 }
 
@@ -1029,7 +1317,7 @@ static void test_fork(void)
 	pid_t child = fork();
 	if (child == 0) {
 		int rc = 0;
-		struct shm_tx *mine = shm_tx_attach(gid);
+		struct shm_tx *mine = attach(gid);
 		if (!mine || mine == tx)
 			rc |= 1;  /* no ring of its own */
 		if (send_ret(tx, 2, 50) != -EPIPE)
@@ -1112,14 +1400,142 @@ static void test_foreign_sigbus(void)
 	      "a foreign SIGBUS kills, or reaches the handler before ours (status %#x)", status);
 }
 
+/* Review 2, item 6 (best effort: a race, so it may pass on the old code
+ * too, but never fails on the fixed one): a child forked while another
+ * thread opens and closes regions and their handed-over fds inherits no
+ * region fd (each open-and-track, untrack-and-close is one step for fork). */
+static _Atomic bool churn_stop;
+static void *churn_regions(void *arg)
+{
+	const uint8_t *peer = arg;
+	uint8_t own[16];
+	test_gid(own, 91);
+	while (!atomic_load(&churn_stop)) {
+		struct shm_rx *rx = shm_rx_open(own);
+		shm_tx_detach(attach(own));  /* region_own: a dup, reopened, closed */
+		shm_rx_close(rx);
+		shm_tx_detach(attach(peer));  /* an ask: a received fd, reopened, closed */
+	}
+	return NULL;
+}
+
+static bool holds_region_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	bool found = false;
+	while (!found && d && (e = readdir(d))) {
+		char path[300], link[300];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			found = !strncmp(link, "/memfd:uroce-rx", 15);
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static void test_fork_gaps(void)
+{
+	uint8_t gid[16];
+	pid_t owner;
+	child_region(gid, 90, &owner);
+	atomic_store(&churn_stop, false);
+	pthread_t t;
+	if (pthread_create(&t, NULL, churn_regions, gid))
+		return;
+	int inherited = 0;
+	for (int i = 0; i < 300; i++) {
+		pid_t c = fork();
+		if (c == 0)
+			_exit(holds_region_fd());
+		int status = 0;
+		waitpid(c, &status, 0);
+		inherited += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	}
+	atomic_store(&churn_stop, true);
+	pthread_join(t, NULL);
+	CHECK(inherited == 0, "forked children inherited no region fd (%d of 300 did)", inherited);
+	kill(owner, SIGKILL);
+	waitpid(owner, NULL, 0);
+}
+
+/* Review 2, item 5: the rendezvous directory is deleted and made again by
+ * another user after the first region (RemoveIPC, a tmp cleaner; here
+ * uid+1, mode 0777 so that a bind there would succeed): the next region's
+ * socket is not in it (on the old code it was: the path was checked once).
+ * Run in a fresh child before anything else has set the process's
+ * directory: as root with the effective uid of an unused user, its
+ * XDG_RUNTIME_DIR a directory of that user's.  Exit status: 0 ok, 1 the
+ * socket landed in the other user's directory, 2 no region at all, 77 not
+ * root. */
+static int dir_replaced_child(void)
+{
+	if (geteuid() != 0)
+		return 77;
+	uid_t u = 61000 + (uid_t)(getpid() % 1000);
+	char xdg[64], dir[80], old[96];
+	snprintf(xdg, sizeof(xdg), "/tmp/uroce-test-dir.%d", (int)getpid());
+	snprintf(dir, sizeof(dir), "%s/uroce", xdg);
+	snprintf(old, sizeof(old), "%s/uroce.gone", xdg);
+	if (mkdir(xdg, 0700) < 0 || chown(xdg, u, u) < 0 || setenv("XDG_RUNTIME_DIR", xdg, 1) < 0 ||
+	    setresuid((uid_t)-1, u, 0) < 0)
+		return 2;
+	uint8_t g1[16], g2[16];
+	test_gid(g1, 80);
+	test_gid(g2, 81);
+	struct shm_rx *a = shm_rx_open(g1);
+	int rc = a ? 0 : 2;
+	/* as root again (the saved uid): the directory goes, another user's comes */
+	if (rc == 0 && (seteuid(0) < 0 || rename(dir, old) < 0 || mkdir(dir, 0777) < 0 || chmod(dir, 0777) < 0 ||
+			chown(dir, u + 1, u + 1) < 0 || seteuid(u) < 0))
+		rc = 2;
+	struct shm_rx *b = rc == 0 ? shm_rx_open(g2) : NULL;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, "rx.", 3))
+			rc = 1;
+	if (d)
+		closedir(d);
+	(void)b;  /* NULL (its directory is gone) or in the checked one: both fine */
+	if (seteuid(0) == 0) {
+		char cmd[160];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", xdg);
+		if (system(cmd) != 0)
+			rc = rc ? rc : 2;
+	}
+	return rc;
+}
+
+static void test_dir_replaced(void)
+{
+	pid_t child = fork();
+	if (child == 0)
+		_exit(dir_replaced_child());
+	int status = 0;
+	waitpid(child, &status, 0);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+		printf("skip: the directory-replaced test needs root\n");
+		return;
+	}
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a region made after the directory was replaced by another user's is not in it (status %#x)", status);
+}
+
 int main(void)
 {
 	/* an address of this test's own, unlike any device's */
 	gid_a[13] = (uint8_t)(getpid() >> 8);
 	gid_a[14] = (uint8_t)getpid();
+	test_dir_replaced();  /* first: before this process has a rendezvous directory */
 	test_order_and_wrap();
 	test_hostile_producer();
 	test_dead_owner();
+	test_kept_fd_not_alive();
 	test_dead_producer();
 	test_dead_producer_reaped();
 	test_rings_shared();
@@ -1127,11 +1543,16 @@ int main(void)
 	test_calls_appear_whole();
 	test_squatted_name();
 	test_hostile_handover();
+	test_seals_check();
 	test_negative_cache();
+	test_cancelled_ask();
+	test_attach_never_asks();
 	test_accept_fails();
+	test_stalled_listener_rearmed();
 	test_fork_parent_dies();
 	test_truncation_refused();
 	test_fork();
+	test_fork_gaps();
 	test_foreign_sigbus();
 	if (failures) {
 		printf("%d failures\n", failures);
