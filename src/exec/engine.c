@@ -29,11 +29,6 @@
 /* A spinning engine yields once per this many rounds, so that a thread the
  * scheduler put on its CPU runs (sched_yield every round costs latency). */
 #define SPIN_YIELD_ROUNDS 16
-/* Past the end of a grace, so that the look after it finds it over. */
-#define GRACE_SLACK_NS 10000ull
-/* How soon the engine looks again when a poller held rx_lock while a
- * deadline was due. */
-#define DUE_RETRY_NS 20000ull
 /* An engine kept busy by traffic does not sleep in epoll, where it would
  * see a same-host producer asking for a region (net_serve): it answers
  * this often then, well within the producer's wait (net/shm.c). */
@@ -224,14 +219,18 @@ static void *engine_main(void *arg)
 			}
 			/* The next look: when the grace after the spin's last
 			 * poll ends (not a grace from now: a request that came
-			 * right after the spin stopped would wait up to two), or
-			 * soon, when a poller holding rx_lock kept what is due
-			 * from running here (its poll runs it only if its clock
-			 * read was past the deadline).  A hand-back meanwhile
-			 * cancels the sleep. */
-			uint64_t cap = spin + grace - now + GRACE_SLACK_NS;
-			if (due && cap > DUE_RETRY_NS)
-				cap = DUE_RETRY_NS;
+			 * right after the spin stopped would wait up to two).
+			 * What a poller holding rx_lock kept from running here,
+			 * its next polls run (exec_progress_locked ends with the
+			 * due work); looking again soon instead woke the engine
+			 * every 20 us beside the spinners, with deferred ACKs due
+			 * all the time (ib_send_lat's p99 1.2 -> 5-18 us).  No
+			 * later than a grace from now, either: a deferred ACK
+			 * kicks an engine that sleeps longer (ack.c), and a
+			 * slack past the grace made one kick per ~150 iterations
+			 * of ib_write_lat.  A hand-back meanwhile cancels the
+			 * sleep. */
+			uint64_t cap = spin + grace - now;
 			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen);
 			continue;
 		}
