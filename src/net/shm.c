@@ -41,6 +41,10 @@
  * out refuses the claim and the flow uses UDP. */
 #include "shm.h"
 #include "net.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83  /* Linux 6.16 (asm-generic/socket.h) */
+#endif
 #include "../util/fds.h"
 #include "../util/log.h"
 #include <errno.h>
@@ -59,6 +63,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +245,45 @@ static void shm_fork_prepare(void)
 static void shm_fork_parent(void)
 {
 	pthread_mutex_unlock(&fork_lock);
+}
+
+/* Closing an fd a peer handed us may block: a TCP socket lingering on
+ * unsent data waits out its linger, a FUSE or NFS file flushes to a server
+ * that may never answer (third review).  A socket is made to close at once
+ * (SO_LINGER 0); a file that is not shared memory (a memfd's or /dev/shm's
+ * never blocks) is closed by a thread of its own, so that no lock we hold
+ * (fork_lock, peers_lock, a QP's) and no engine waits for it.  Only a
+ * hostile or broken peer sends such fds; if no thread can be made, it is
+ * closed here after all. */
+static void *closer_main(void *arg)
+{
+	close((int)(intptr_t)arg);
+	return NULL;
+}
+
+static void close_foreign(int fd)
+{
+	struct stat st;
+	struct statfs sf;
+
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	} else if (fstatfs(fd, &sf) < 0 || (sf.f_type != 0x01021994 /* TMPFS_MAGIC: shmem, memfd */ &&
+					   sf.f_type != 0x958458f6 /* HUGETLBFS_MAGIC */)) {
+		pthread_t t;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&a, 64 << 10);
+		int rc = pthread_create(&t, &a, closer_main, (void *)(intptr_t)fd);
+		pthread_attr_destroy(&a);
+		if (rc == 0)
+			return;
+	}
+	close(fd);
 }
 
 static void fd_close_tracked(int fd)
@@ -598,6 +642,17 @@ static int region_listen(const uint8_t gid[16], char *path)
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
+	/* No fds may come our way on it (third review): a connector could
+	 * queue one -- a TCP socket lingering on unsent data, a FUSE file --
+	 * whose release, when the engine closes the accepted socket, blocks
+	 * the engine for as long as the peer likes.  Accepted sockets inherit
+	 * the setting, and a sendmsg with SCM_RIGHTS to them fails (EPERM;
+	 * Linux 6.16).  Older kernels refuse the option (ENOPROTOOPT): there a
+	 * same-user process can still stall our engine so (README). */
+	int no_rights = 0;
+	if (setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights)) < 0) {
+		/* older kernel: see above */
+	}
 	/* an earlier owner's file (it was killed): the address is ours now */
 	unlink(sa.sun_path);
 	if (bind(s, (struct sockaddr *)&sa, l) < 0 || listen(s, 64) < 0) {
@@ -1084,7 +1139,11 @@ static int region_reopen(int fd)
 	    fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == (off_t)SHM_REGION_BYTES) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		pthread_mutex_lock(&fork_lock);
-		nfd = open(path, O_RDWR | O_CLOEXEC);
+		/* O_NONBLOCK: a lease on the file (F_SETLEASE by whoever made
+		 * it) would hold this open in break_lease for
+		 * fs.lease-break-time (45 s) under fork_lock (third review);
+		 * it fails at once instead, and the flow goes by UDP */
+		nfd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
 		fd_track(nfd);
 		pthread_mutex_unlock(&fork_lock);
 		struct stat nst;
@@ -1094,7 +1153,12 @@ static int region_reopen(int fd)
 			nfd = -1;
 		}
 	}
-	fd_close_tracked(fd);
+	/* the fd we were handed: not a memfd, if it failed the checks, and its
+	 * close may block (close_foreign), so not under fork_lock */
+	pthread_mutex_lock(&fork_lock);
+	fd_untrack(fd);
+	pthread_mutex_unlock(&fork_lock);
+	close_foreign(fd);
 	return nfd;
 }
 
@@ -1145,13 +1209,13 @@ static int region_ask(const uint8_t gid[16], bool *immediate)
 					if (got < 0 && nfds == 0)
 						got = f;
 					else
-						close(f);
+						close_foreign(f);
 				}
 			}
 			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
 				fd_track(fd = got);
 			else if (got >= 0)
-				close(got);
+				close_foreign(got);
 			pthread_mutex_unlock(&fork_lock);
 		}
 	}

@@ -560,6 +560,49 @@ static int receive_region_fd(const uint8_t gid[16])
 	return fd;
 }
 
+/* Third review, item 1: nobody can queue an fd on a region's socket (a
+ * TCP socket lingering on unsent data, released when the engine closes the
+ * connection, would stall the engine): a connector's sendmsg with
+ * SCM_RIGHTS is refused (SO_PASSRIGHTS 0 on the listener, Linux 6.16;
+ * skipped where the kernel lacks the option). */
+static void test_no_fds_to_owner(void)
+{
+	uint8_t gid[16];
+	test_gid(gid, 12);
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), zero = 0;
+	if (probe < 0 || setsockopt(probe, SOL_SOCKET, 83 /* SO_PASSRIGHTS */, &zero, sizeof(zero)) < 0) {
+		printf("skip: no SO_PASSRIGHTS on this kernel\n");
+		if (probe >= 0)
+			close(probe);
+		return;
+	}
+	close(probe);
+	pid_t child;
+	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	CHECK(shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int passed = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	CHECK(s >= 0 && passed >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connected to it");
+	char d = 'x';
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = { &d, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &passed, sizeof(int));
+	errno = 0;
+	ssize_t n = sendmsg(s, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	CHECK(n < 0 && errno == EPERM, "an fd sent to the owner is refused (sendmsg %zd, %s)", n, strerror(errno));
+	close(s);
+	close(passed);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
 /* Review 2, item 2: a process that keeps the fd it was handed does not
  * keep a dead owner "alive": the owner hands out a description of its
  * own, not the one that holds its flock, so a flow attached after the
@@ -1536,6 +1579,7 @@ int main(void)
 	test_hostile_producer();
 	test_dead_owner();
 	test_kept_fd_not_alive();
+	test_no_fds_to_owner();
 	test_dead_producer();
 	test_dead_producer_reaped();
 	test_rings_shared();
