@@ -127,24 +127,16 @@ run_one() {
 		src=$?
 		server=""
 	fi
-	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share_max" ]; then
-		local rx eng
-		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
-		eng=$(awk '$2 == "rx_by_engine" { print $3 }' "$tmp/target.log")
-		eng=${eng:-0}
-		if [ -z "$rx" ] || [ $((eng * 100)) -gt $((engine_share_max * rx)) ]; then
-			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets, more than $engine_share_max %"
-			return 1
-		fi
-		echo "progress: the engine received $eng of $rx packets"
-	fi
-	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share" ]; then
+	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share$engine_share_max" ]; then
 		local rx eng
 		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
 		eng=$(awk '$2 == "rx_by_engine" { print $3 }' "$tmp/target.log")
 		eng=${eng:-0}  # a counter at 0 is not printed
-		if [ -z "$rx" ] || [ $((eng * 100)) -lt $((engine_share * rx)) ]; then
-			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets, less than $engine_share %"
+		if [ -z "$rx" ] ||
+		   { [ -n "$engine_share" ] && [ $((eng * 100)) -lt $((engine_share * rx)) ]; } ||
+		   { [ -n "$engine_share_max" ] && [ $((eng * 100)) -gt $((engine_share_max * rx)) ]; }; then
+			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets" \
+			     "(wanted at least ${engine_share:-0} %, at most ${engine_share_max:-100} %)"
 			return 1
 		fi
 		echo "progress: the engine received $eng of $rx packets"
