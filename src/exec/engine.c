@@ -29,6 +29,12 @@
 /* A spinning engine yields once per this many rounds, so that a thread the
  * scheduler put on its CPU runs (sched_yield every round costs latency). */
 #define SPIN_YIELD_ROUNDS 16
+/* A yield that kept the engine off its CPU this long gave it to a thread
+ * that computes there for a scheduler slice (milliseconds), not to one
+ * that runs a moment (the ib_read_lat client: tens of microseconds); the
+ * engine then sleeps instead of spinning for SPIN_DISPLACED_NS. */
+#define YIELD_LONG_NS 200000ull
+#define SPIN_DISPLACED_NS 100000000ull
 /* An engine kept busy by traffic does not sleep in epoll, where it would
  * see a same-host producer asking for a region (net_serve): it answers
  * this often then, well within the producer's wait (net/shm.c). */
@@ -164,7 +170,7 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
 static void *engine_main(void *arg)
 {
 	struct uroce_dev *dev = arg;
-	uint64_t last_traffic = 0, spare_seen = 0, served = 0;
+	uint64_t last_traffic = 0, spare_seen = 0, served = 0, displaced_until = 0;
 	unsigned spin_rounds = 0;
 	bool spare = false;
 
@@ -274,21 +280,47 @@ static void *engine_main(void *arg)
 			/* a look costs as much as a round of the spin: look again
 			 * after 10 us (a thread that became runnable meanwhile
 			 * waits at most that long) */
-			if (now - spare_seen > SPARE_LOOK_NS) {
+			if (now < displaced_until) {
+				spare = false;
+			} else if (now - spare_seen > SPARE_LOOK_NS) {
 				spare = cpu_to_spare(dev);
 				spare_seen = now;
 				if (!spare)
 					dev_count(dev, UC_engine_spin_no_cpu, 1);
 			}
 			if (spare) {
-				/* an ordinary thread now, it lets one that the
-				 * scheduler put on its CPU run now and then (else
-				 * that one waits for the whole spin); a yield every
-				 * round would cost the spin's own latency, hence
-				 * one per SPIN_YIELD_ROUNDS */
+				/* An ordinary thread now (but for what is under
+				 * way), it lets one that the scheduler put on its CPU
+				 * run now and then (else that one waits for the whole
+				 * spin: an ib_read_lat client moved there); a yield
+				 * every round would cost the spin's own latency,
+				 * hence one per SPIN_YIELD_ROUNDS.  A yield can also
+				 * hand the CPU to a thread that computes there, for
+				 * its whole slice, while requests wait in a socket or
+				 * ring nobody reads (a spinning engine takes no
+				 * doorbell): READs to a target that polls every
+				 * 500 us and computes waited ~300 us for its next
+				 * poll, a few times a thousand (onesided_lat
+				 * poll-compute, p99 300-330 us).  Such a yield lasts
+				 * a slice; then the engine does not spin for a while
+				 * (SPIN_DISPLACED_NS) but sleeps on the sockets, where
+				 * a packet wakes it, real-time, at once -- on a CPU
+				 * that runs a thread, a preemption rather than an
+				 * idle CPU's wake-up.  Not yielding at all left the
+				 * other thread behind the spin for UROCE_SPIN_US: a
+				 * client whose WRITE's ACK it waited for, 15 -> 64 us
+				 * (same session; nice -20 and one autogroup). */
 				engine_spin_fair(dev, !under_way);
-				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0)
+				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0) {
+					uint64_t t0 = now_ns();
 					sched_yield();
+					/* only a real-time engine's sleep is a
+					 * wake-up within microseconds */
+					if (dev->eng.rt && now_ns() - t0 > YIELD_LONG_NS) {
+						displaced_until = now_ns() + SPIN_DISPLACED_NS;
+						dev_count(dev, UC_engine_spin_displaced, 1);
+					}
+				}
 				continue;
 			}
 		}

@@ -123,11 +123,34 @@ static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_release);
 }
 
+/* A poll runs the receive path only when there may be something to run:
+ * a packet ready (net_rx_ready, a look that takes no lock), an ACK or a
+ * timer due.  A spinner that took rx_lock on every poll held it most of
+ * the time, and the scheduler preempted it there: with more spinners than
+ * cores (a target's two polling threads beside a client), a READ then
+ * waited in the socket until the holder ran again, milliseconds (issue
+ * #14: poll-threads p99s of ~12 ms).  Now a thread holds the lock only
+ * while it has a packet in hand.  Once per RX_LOOK_NS a thread's poll runs
+ * it anyway, for the receive path's housekeeping (a ring's dead producers
+ * reaped, a broken ring given back: shm.c's rx_poll).  By time, not by a
+ * count of polls: once every 64 polls held the lock ~5% of a spinner's
+ * time, and the client whose wake-up preempted such a holder then spun on
+ * that very core for its READ's answer, which the holder was to make,
+ * until the scheduler ended its slice (poll-threads p99s of 2-5 ms). */
+#define RX_LOOK_NS 1000000ull
+
 static void poll_receive(struct uroce_dev *dev, uint64_t now)
 {
+	static _Thread_local uint64_t looked;
+
+	atomic_store_explicit(&dev->eng.app_rx_ns, now, memory_order_relaxed);
+	/* the cheap tests first: the look may be a system call */
+	if (atomic_load(&dev->ack_flush_next) > now && atomic_load(&dev->timer_next) > now && now - looked < RX_LOOK_NS &&
+	    !net_rx_ready(dev->net))
+		return;
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;
-	atomic_store_explicit(&dev->eng.app_rx_ns, now, memory_order_relaxed);
+	looked = now;
 	exec_progress_locked(dev, UROCE_RX_BATCH);
 	pthread_mutex_unlock(&dev->rx_lock);
 }

@@ -280,6 +280,28 @@ static int recv_backends(struct uroce_net *net, struct uroce_rxpkt *pkts, int ma
 	return got + r;
 }
 
+bool net_rx_ready(struct uroce_net *net)
+{
+	/* this thread's count: the pollers are many, and no locked
+	 * instruction belongs in a poll loop */
+	static _Thread_local unsigned ring_looks;
+	bool busy = false;
+
+	if (net->ring.ops && (!net->ring.ops->rx_ready || net->ring.ops->rx_ready(&net->ring, &busy)))
+		return true;
+	if (atomic_load_explicit(&net->rx_sockets_due, memory_order_relaxed))
+		return true;
+	if (busy && ++ring_looks % SOCKET_EVERY)
+		return false;
+	if (net->wire.ops->rx_ready && !net->wire.ops->rx_ready(&net->wire, &busy))
+		return false;
+	/* the receive call this leads to reads the sockets, not only the
+	 * rings (recv_backends: its own count would skip them 63 times in 64) */
+	if (busy)
+		atomic_store_explicit(&net->rx_sockets_due, true, memory_order_relaxed);
+	return true;
+}
+
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max)
 {
 	struct uroce_config *cfg = net->cfg;

@@ -109,6 +109,10 @@ struct uroce_net_ops {
 	 * ring), so that the selector reads the other backend only every few
 	 * calls.  Never clears either. */
 	int (*recv)(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max, bool *more, bool *busy);
+	/* Optional: may a recv call find a packet now?  Without rx_lock,
+	 * from any thread, consuming nothing (a hint: a packet may come the
+	 * next moment).  Sets *busy as recv does.  NULL: always may. */
+	bool (*rx_ready)(struct uroce_backend *be, bool *busy);
 	/* Optional: the packets of the last receive call have been processed
 	 * (with net_create_backend all of them are this backend's; UDP and
 	 * the rings reuse their buffers on the next call and need none). */
@@ -158,6 +162,12 @@ struct uroce_net {
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
 };
+
+/* Might net_recv find a packet now?  Without rx_lock, from any thread
+ * (exec/progress.c: a polling application takes rx_lock only when it
+ * might, issue #14).  The sockets are looked at every SOCKET_EVERY-th
+ * call while a ring is busy, as net_recv reads them. */
+bool net_rx_ready(struct uroce_net *net);
 
 /* UDP and the same-host rings (when cfg->shm). */
 struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats);

@@ -156,6 +156,19 @@ static int ring_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max
 	return got;
 }
 
+static bool ring_rx_ready(struct uroce_backend *be, bool *busy)
+{
+	struct ring_priv *p = be->priv;
+
+	for (int k = 0; k < p->n; k++)
+		if (shm_rx_active(p->rx[k])) {
+			*busy = true;
+			if (shm_rx_ready(p->rx[k]))
+				return true;
+		}
+	return false;
+}
+
 static void ring_rx_sleeping(struct uroce_backend *be, bool sleeping)
 {
 	struct ring_priv *p = be->priv;
@@ -228,6 +241,7 @@ const struct uroce_net_ops uroce_ring_ops = {
 	.send = ring_send,
 	.flow_part_bytes = ring_flow_part_bytes,
 	.recv = ring_recv,
+	.rx_ready = ring_rx_ready,
 	.rx_sleeping = ring_rx_sleeping,
 	.add_serve_fds = ring_add_serve_fds,
 	.serve = ring_serve,

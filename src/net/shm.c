@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -120,8 +121,8 @@ struct shm_rx {
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
 	uint32_t populated;              /* rings whose pages this mapping has */
 	uint32_t broken;                 /* rings whose producer wrote nonsense: not read */
-	unsigned polls;                  /* picks the first ring to read; every REAP_EVERY-th
-					  * also looks for dead producers */
+	unsigned polls;                  /* picks the first ring to read */
+	uint64_t reaped_ns;              /* when a poll last looked for dead producers (REAP_NS) */
 	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
 };
 
@@ -198,6 +199,8 @@ static struct shm_ask asks[SHM_ASKS];
  * waiter waits at most SHM_ASK_WAIT_NS, then goes by UDP. */
 static pthread_cond_t asks_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic unsigned long asks_made;  /* shm_tx_test_asks */
+static _Atomic unsigned long foreign_by_thread;  /* shm_test_foreign_closes */
+static atomic_bool refuse_rights = true;  /* SO_PASSRIGHTS 0 on new listeners (shm_test_passrights) */
 
 /* Region fds (consumers' memfds and listening sockets, producers' opens)
  * for a forked child to close: its copies would keep the parent's flock
@@ -247,42 +250,68 @@ static void shm_fork_parent(void)
 	pthread_mutex_unlock(&fork_lock);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Closing an fd a peer handed us may block: a TCP socket lingering on
  * unsent data waits out its linger, a FUSE or NFS file flushes to a server
- * that may never answer (third review).  A socket is made to close at once
- * (SO_LINGER 0); a file that is not shared memory (a memfd's or /dev/shm's
- * never blocks) is closed by a thread of its own, so that no lock we hold
- * (fork_lock, peers_lock, a QP's) and no engine waits for it.  Only a
- * hostile or broken peer sends such fds; if no thread can be made, it is
- * closed here after all. */
+ * that may never answer, a unix socket releases the fds queued on it, any
+ * of which may be such a one (third review).  Shared memory (a memfd's or
+ * /dev/shm's file: F_GET_SEALS answers for it alone, without asking the
+ * file system -- an fstat of a FUSE file may block too) is closed at once;
+ * every other fd by a thread of its own, sockets made to close at once
+ * where they can (SO_LINGER 0; ENOTSOCK for the rest), so that no lock we
+ * hold (fork_lock, peers_lock, a QP's) and no engine waits for it.  Only a
+ * hostile or broken peer sends such fds.  At most CLOSERS_MAX such threads
+ * live at a time: past that -- 32 fds a peer handed us whose close still
+ * blocks -- or if no thread can be made, the fd is closed here after all,
+ * and may block us as long as it blocks.  The threads are ordinary ones
+ * (not the engine's real-time class) with every signal blocked. */
+#define CLOSERS_MAX 32
+static _Atomic int closers;
+
 static void *closer_main(void *arg)
 {
 	close((int)(intptr_t)arg);
+	atomic_fetch_sub(&closers, 1);
 	return NULL;
 }
 
 static void close_foreign(int fd)
 {
-	struct stat st;
-	struct statfs sf;
-
 	if (fd < 0)
 		return;
-	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	} else if (fstatfs(fd, &sf) < 0 || (sf.f_type != 0x01021994 /* TMPFS_MAGIC: shmem, memfd */ &&
-					   sf.f_type != 0x958458f6 /* HUGETLBFS_MAGIC */)) {
+	if (fcntl(fd, F_GET_SEALS) >= 0) {
+		close(fd);
+		return;
+	}
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	if (atomic_fetch_add(&closers, 1) < CLOSERS_MAX) {
 		pthread_t t;
 		pthread_attr_t a;
+		struct sched_param sp = { .sched_priority = 0 };
+		sigset_t all, old;
+		sigfillset(&all);
 		pthread_attr_init(&a);
 		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&a, 64 << 10);
+		pthread_attr_setinheritsched(&a, PTHREAD_EXPLICIT_SCHED);
+		pthread_attr_setschedpolicy(&a, SCHED_OTHER);
+		pthread_attr_setschedparam(&a, &sp);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
 		int rc = pthread_create(&t, &a, closer_main, (void *)(intptr_t)fd);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		pthread_attr_destroy(&a);
-		if (rc == 0)
+		if (rc == 0) {
+			atomic_fetch_add(&foreign_by_thread, 1);
 			return;
+		}
 	}
+	atomic_fetch_sub(&closers, 1);
 	close(fd);
 }
 
@@ -325,6 +354,9 @@ static void shm_atfork_child(void)
 {
 	atomic_store(&shm_pid, getpid());
 	pthread_mutex_init(&fork_lock, NULL);  /* held by the forking thread (shm_fork_prepare) */
+	/* the parent's closer threads are not here (the fds they close are
+	 * copies, CLOEXEC: an exec releases them) */
+	atomic_store(&closers, 0);
 	for (unsigned i = 0; i < SHM_FDTAB; i++) {
 		int v = atomic_exchange(&fdtab[i], 0);
 		if (v > 0)
@@ -509,7 +541,11 @@ static void populate(void *p, size_t len, bool write)
  * (cancellation is off across the public entries, shm_nocancel), so the
  * bound is only a backstop. */
 #define SHM_ASK_WAIT_NS (2ull * SHM_CONNECT_WAIT_MS * 1000000ull)
-#define SHM_FDS_MAX 8           /* fds one answer may carry that we still close */
+/* fds one message may carry (SCM_MAX_FD, include/net/scm.h): all are
+ * received, so that we close every one ourselves (close_foreign); fds that
+ * do not fit the control buffer (MSG_CTRUNC) the kernel releases in the
+ * receiver's context, where a lingering one would block us */
+#define SHM_FDS_MAX 253
 
 static char shm_dir[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* its name, for messages */
 static int shm_dirfd = -1;  /* the directory itself (O_PATH): every bind and connect goes through it */
@@ -617,7 +653,7 @@ struct fd_msg {
 	char data;
 	struct iovec iov;
 	struct {
-		alignas(size_t) char b[CMSG_SPACE(sizeof(int) * SHM_FDS_MAX)];
+		alignas(size_t) char b[CMSG_SPACE(sizeof(int) * SHM_FDS_MAX) + CMSG_SPACE(sizeof(struct ucred))];
 	} u;
 	struct msghdr mh;
 };
@@ -629,6 +665,43 @@ static void fd_msg_init(struct fd_msg *m, size_t controllen)
 	m->iov = (struct iovec){ &m->data, 1 };
 	m->mh = (struct msghdr){ .msg_iov = &m->iov, .msg_iovlen = 1, .msg_control = m->u.b,
 				 .msg_controllen = controllen };
+}
+
+/* Close c, a connected rendezvous socket, without releasing anything a peer
+ * queued on it in our context: shut it (the peer's sends fail from here,
+ * EPIPE), receive what is queued and close every fd that came
+ * (close_foreign).  The owner's listener refuses fds (SO_PASSRIGHTS 0), but
+ * kernels before 6.16 have no such option, and a producer must take the
+ * fd it asked for, and may get more.  With fork_lock held (the fds are ours
+ * for a moment; close_foreign does not block but past CLOSERS_MAX).  Near
+ * RLIMIT_NOFILE the kernel installs fewer fds than a message brings
+ * (MSG_CTRUNC) and releases the rest here: a remaining limit. */
+static void conn_close(int c)
+{
+	/* every message received from here carries the sender's credentials
+	 * (SCM_CREDENTIALS), so a 0-byte message is told from the end: a
+	 * peer's empty message must not end the drain before its fds */
+	int one = 1;
+	(void)setsockopt(c, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+	shutdown(c, SHUT_RDWR);
+	for (;;) {
+		struct fd_msg m;
+		fd_msg_init(&m, sizeof(m.u.b));
+		ssize_t n = recvmsg(c, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0 || (n == 0 && m.mh.msg_controllen == 0))
+			break;  /* nothing queued (EAGAIN), or the end */
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh); cm; cm = CMSG_NXTHDR(&m.mh, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
+				continue;
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int f;
+				memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				close_foreign(f);
+			}
+		}
+	}
+	close(c);
 }
 
 /* The listening socket of a new region, its file's path in path. */
@@ -647,11 +720,12 @@ static int region_listen(const uint8_t gid[16], char *path)
 	 * whose release, when the engine closes the accepted socket, blocks
 	 * the engine for as long as the peer likes.  Accepted sockets inherit
 	 * the setting, and a sendmsg with SCM_RIGHTS to them fails (EPERM;
-	 * Linux 6.16).  Older kernels refuse the option (ENOPROTOOPT): there a
-	 * same-user process can still stall our engine so (README). */
+	 * Linux 6.16).  Older kernels refuse the option (ENOPROTOOPT): there
+	 * the engine receives whatever was queued and closes it by a thread
+	 * of its own (conn_close). */
 	int no_rights = 0;
-	if (setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights)) < 0) {
-		/* older kernel: see above */
+	if (atomic_load(&refuse_rights) && setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights)) < 0) {
+		/* older kernel: conn_close receives what was queued */
 	}
 	/* an earlier owner's file (it was killed): the address is ours now */
 	unlink(sa.sun_path);
@@ -727,6 +801,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	if (!rx)
 		return NULL;
 	rx->pid = shm_self();
+	rx->reaped_ns = mono_ns();  /* the first look for dead producers a REAP_NS from now */
 	rx->fd = rx->lfd = -1;
 	if (shm_dir_refused())
 		goto fail;
@@ -863,8 +938,8 @@ int shm_rx_serve(struct shm_rx *rx)
 			}
 			close(give);
 		}
+		conn_close(c);
 		pthread_mutex_unlock(&fork_lock);
-		close(c);
 	}
 	return 0;
 }
@@ -968,13 +1043,19 @@ static bool ring_held(int fd, unsigned idx)
  * and while any ring is claimed the sockets are read only every 64th call.
  * Now and then the consumer gives such rings back itself: a producer that
  * claims one meanwhile holds its lock, or wins the owner's CAS. */
-#define REAP_EVERY 4096
+#define REAP_NS 4000000ull  /* every 4 ms of polls, however few (a poller polls only when something may be there) */
 static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 {
 	for (unsigned i = 0; i < SHM_RINGS; i++) {
 		if (!(mask & (1u << i)))
 			continue;
 		uint32_t o = atomic_load(&rx->r->ring[i].owner);
+		/* records still unread: the ring is left as it is, a producer
+		 * may take it over once they are taken (ring_claim) */
+		const uint8_t *ring = (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES;
+		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(rx->tail[i] % SHM_UNITS) * SHM_UNIT);
+		if (!(rx->broken & (1u << i)) && atomic_load_explicit(&rec->seq, memory_order_acquire) == rx->tail[i] + 1)
+			continue;
 		if (o && !ring_held(rx->fd, i))
 			atomic_compare_exchange_strong(&rx->r->ring[i].owner, &o, 0);
 	}
@@ -1008,8 +1089,11 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 	if (!mask)
 		return 0;
 	unsigned poll = rx->polls++;
-	if (poll % REAP_EVERY == REAP_EVERY - 1)
+	uint64_t now = mono_ns();
+	if (now - rx->reaped_ns >= REAP_NS) {
+		rx->reaped_ns = now;
 		reap_dead_producers(rx, mask);
+	}
 	if (mask & ~rx->populated) {
 		for (unsigned i = 0; i < SHM_RINGS; i++)
 			if (mask & ~rx->populated & (1u << i))
@@ -1087,6 +1171,25 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 			*more = true;
 	}
 	return got;
+}
+
+bool shm_rx_ready(struct shm_rx *rx)
+{
+	if (!rx || rx->pid != shm_self())
+		return false;
+	uint32_t mask = atomic_load_explicit(&rx->r->ring_mask, memory_order_acquire);
+	for (unsigned i = 0; mask; i++, mask >>= 1) {
+		if (!(mask & 1))
+			continue;
+		/* the consumer's published position, not its own (rx->tail:
+		 * rx_lock's); records before it are taken */
+		uint32_t tail = atomic_load_explicit(&rx->r->ring[i].tail, memory_order_acquire);
+		const uint8_t *ring = (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES;
+		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(tail % SHM_UNITS) * SHM_UNIT);
+		if (atomic_load_explicit(&rec->seq, memory_order_relaxed) == tail + 1)
+			return true;
+	}
+	return false;
 }
 
 int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
@@ -1219,7 +1322,11 @@ static int region_ask(const uint8_t gid[16], bool *immediate)
 			pthread_mutex_unlock(&fork_lock);
 		}
 	}
-	close(s);
+	/* more may be queued behind the answer, fds a hostile owner sent to
+	 * be released in our context (conn_close) */
+	pthread_mutex_lock(&fork_lock);
+	conn_close(s);
+	pthread_mutex_unlock(&fork_lock);
 	return fd;
 }
 
@@ -1310,13 +1417,6 @@ static void peer_free(struct shm_peer *pe)
 		fd_close_tracked(pe->fd);
 	}
 	free(pe);
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static struct shm_ask *ask_find(const uint8_t gid[16])
@@ -1451,6 +1551,21 @@ bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
 	struct sockaddr_un sa;
 	socklen_t l;
 	return region_addr(gid, &sa, &l) && snprintf(path, n, "%s", sa.sun_path) < (int)n;
+}
+
+unsigned long shm_test_foreign_closes(void)
+{
+	return atomic_load(&foreign_by_thread);
+}
+
+void shm_test_passrights(bool refuse)
+{
+	atomic_store(&refuse_rights, refuse);
+}
+
+size_t shm_test_region_bytes(void)
+{
+	return SHM_REGION_BYTES;
 }
 
 unsigned long shm_tx_test_asks(void)

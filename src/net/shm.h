@@ -57,6 +57,10 @@ int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more
 /* The engine is about to sleep on the sockets (true) or has woken.  After
  * `true` the caller polls the rings once more before it sleeps. */
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
+/* Has a ring of the region a record to take?  Without rx_lock, consuming
+ * nothing: a hint (a ring that lies reads as ready until it is given
+ * back). */
+bool shm_rx_ready(struct shm_rx *rx);
 
 /* Sender side: a ring in the region of dgid for one flow, kept for its
  * life: one of its own for each of the process's first flows to dgid (a
@@ -131,6 +135,14 @@ void shm_unguard_mapping(int slot);
 void shm_tx_test_rings_own(unsigned n);
 /* Tests: how many rendezvous asks this process made (connects). */
 unsigned long shm_tx_test_asks(void);
+/* Tests: how many fds a peer handed us were closed by a thread of their
+ * own (close_foreign). */
+unsigned long shm_test_foreign_closes(void);
+/* Tests: whether regions opened from here refuse fds on their socket
+ * (SO_PASSRIGHTS 0; false: as on a kernel before 6.16). */
+void shm_test_passrights(bool refuse);
+/* Tests: the size of a region's memfd. */
+size_t shm_test_region_bytes(void);
 /* Tests: the path of gid's rendezvous socket file. */
 bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n);
 

@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -643,6 +644,22 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	return got;
 }
 
+/* One ppoll over every receive socket (no more system calls than an empty
+ * recvmmsg of one socket); the raw system call, as sys_recvmmsg: glibc's
+ * is a cancellation point, and ibv_poll_cq is none. */
+static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
+{
+	struct udp_priv *p = be->priv;
+	struct pollfd pfd[UROCE_MAX_GIDS];
+	struct timespec zero = { 0, 0 };
+	int n = 0;
+
+	(void)busy;
+	for (int i = 0; i < p->nrx; i++)
+		pfd[n++] = (struct pollfd){ .fd = p->rx_fd[i], .events = POLLIN };
+	return syscall(SYS_ppoll, pfd, (unsigned long)n, &zero, NULL, 8ul) != 0;  /* 8: the kernel's sigset; an error: let recv find out */
+}
+
 static int udp_add_fds(struct uroce_backend *be, int epfd)
 {
 	struct udp_priv *p = be->priv;
@@ -694,6 +711,7 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.send = udp_send,
 	.doorbell = udp_doorbell,
 	.recv = udp_recv,
+	.rx_ready = udp_rx_ready,
 	.add_fds = udp_add_fds,
 	.rx_ip_meta = udp_rx_ip_meta,
 };

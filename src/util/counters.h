@@ -49,6 +49,7 @@
 	X(timer_scans, "scans of the QP timers") \
 	X(engine_sleeps, "engine sleeps on the sockets once traffic was seen") \
 	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)") \
+	X(engine_spin_displaced, "engine spins given up: a yield lost the CPU for a slice (a thread computes on it)") \
 	X(shm_packets_tx, "packets sent through same-host rings (counted in tx_packets too)") \
 	X(shm_packets_rx, "packets received from same-host rings (counted in rx_packets too)") \
 	X(shm_ring_full, "packets lost: the peer's same-host ring was full") \
