@@ -314,10 +314,11 @@ static void *engine_main(void *arg)
 				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0) {
 					uint64_t t0 = now_ns();
 					sched_yield();
+					uint64_t t1 = now_ns();
 					/* only a real-time engine's sleep is a
 					 * wake-up within microseconds */
-					if (dev->eng.rt && now_ns() - t0 > YIELD_LONG_NS) {
-						displaced_until = now_ns() + SPIN_DISPLACED_NS;
+					if (dev->eng.rt && t1 - t0 > YIELD_LONG_NS) {
+						displaced_until = t1 + SPIN_DISPLACED_NS;
 						dev_count(dev, UC_engine_spin_displaced, 1);
 					}
 				}

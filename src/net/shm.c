@@ -667,6 +667,36 @@ static void fd_msg_init(struct fd_msg *m, size_t controllen)
 				 .msg_controllen = controllen };
 }
 
+/* The fds a received message brought, every one ours now: the first kept
+ * in *first when first is not NULL, the rest closed (close_foreign).
+ * Returns how many fds came; *ncm, when not NULL, how many control
+ * messages. */
+static int msg_take_fds(struct fd_msg *m, int *first, int *ncm)
+{
+	int nfds = 0;
+
+	if (first)
+		*first = -1;
+	if (ncm)
+		*ncm = 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m->mh); cm; cm = CMSG_NXTHDR(&m->mh, cm)) {
+		if (ncm)
+			(*ncm)++;
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++, nfds++) {
+			int f;
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (first && nfds == 0)
+				*first = f;
+			else
+				close_foreign(f);
+		}
+	}
+	return nfds;
+}
+
 /* Close c, a connected rendezvous socket, without releasing anything a peer
  * queued on it in our context: shut it (the peer's sends fail from here,
  * EPIPE), receive what is queued and close every fd that came
@@ -690,16 +720,7 @@ static void conn_close(int c)
 		ssize_t n = recvmsg(c, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0 || (n == 0 && m.mh.msg_controllen == 0))
 			break;  /* nothing queued (EAGAIN), or the end */
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh); cm; cm = CMSG_NXTHDR(&m.mh, cm)) {
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
-				continue;
-			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t i = 0; i < k; i++) {
-				int f;
-				memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				close_foreign(f);
-			}
-		}
+		msg_take_fds(&m, NULL, NULL);
 	}
 	close(c);
 }
@@ -1043,6 +1064,14 @@ static bool ring_held(int fd, unsigned idx)
  * and while any ring is claimed the sockets are read only every 64th call.
  * Now and then the consumer gives such rings back itself: a producer that
  * claims one meanwhile holds its lock, or wins the owner's CAS. */
+/* Does ring i (mapped at ring) hold a record at the consumer's tail, not
+ * yet taken (a broken ring's are never taken)? */
+static bool ring_record_waits(const struct shm_rx *rx, unsigned i, const uint8_t *ring)
+{
+	const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(rx->tail[i] % SHM_UNITS) * SHM_UNIT);
+	return !(rx->broken & (1u << i)) && atomic_load_explicit(&rec->seq, memory_order_acquire) == rx->tail[i] + 1;
+}
+
 #define REAP_NS 4000000ull  /* every 4 ms of polls, however few (a poller polls only when something may be there) */
 static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 {
@@ -1052,9 +1081,7 @@ static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 		uint32_t o = atomic_load(&rx->r->ring[i].owner);
 		/* records still unread: the ring is left as it is, a producer
 		 * may take it over once they are taken (ring_claim) */
-		const uint8_t *ring = (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES;
-		const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(rx->tail[i] % SHM_UNITS) * SHM_UNIT);
-		if (!(rx->broken & (1u << i)) && atomic_load_explicit(&rec->seq, memory_order_acquire) == rx->tail[i] + 1)
+		if (ring_record_waits(rx, i, (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES))
 			continue;
 		if (o && !ring_held(rx->fd, i))
 			atomic_compare_exchange_strong(&rx->r->ring[i].owner, &o, 0);
@@ -1069,11 +1096,10 @@ static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 static void ring_release_if_done(struct shm_rx *rx, unsigned i, const uint8_t *ring)
 {
 	struct shm_ring_ctl *ctl = &rx->r->ring[i];
-	const struct shm_rec_hdr *rec = (const void *)(ring + (size_t)(rx->tail[i] % SHM_UNITS) * SHM_UNIT);
 
 	if (atomic_load(&ctl->owner) != 0)
 		return;
-	if (!(rx->broken & (1u << i)) && atomic_load_explicit(&rec->seq, memory_order_acquire) == rx->tail[i] + 1)
+	if (ring_record_waits(rx, i, ring))
 		return;  /* its last records: the next poll takes them */
 	atomic_fetch_and(&rx->r->ring_mask, ~(1u << i));
 	rx->broken &= ~(1u << i);
@@ -1299,22 +1325,9 @@ static int region_ask(const uint8_t gid[16], bool *immediate)
 			 * before a fork can copy them (fork_lock) */
 			pthread_mutex_lock(&fork_lock);
 			ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-			int nfds = 0, ncm = 0, got = -1;
+			int ncm = 0, got = -1;
 			/* with MSG_CTRUNC the fds that fit were installed: closed too */
-			for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&m.mh) : NULL; cm; cm = CMSG_NXTHDR(&m.mh, cm)) {
-				ncm++;
-				if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len < CMSG_LEN(0))
-					continue;
-				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (size_t i = 0; i < k; i++, nfds++) {
-					int f;
-					memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-					if (got < 0 && nfds == 0)
-						got = f;
-					else
-						close_foreign(f);
-				}
-			}
+			int nfds = n >= 0 ? msg_take_fds(&m, &got, &ncm) : 0;
 			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
 				fd_track(fd = got);
 			else if (got >= 0)

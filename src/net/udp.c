@@ -652,12 +652,11 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	struct udp_priv *p = be->priv;
 	struct pollfd pfd[UROCE_MAX_GIDS];
 	struct timespec zero = { 0, 0 };
-	int n = 0;
 
 	(void)busy;
 	for (int i = 0; i < p->nrx; i++)
-		pfd[n++] = (struct pollfd){ .fd = p->rx_fd[i], .events = POLLIN };
-	return syscall(SYS_ppoll, pfd, (unsigned long)n, &zero, NULL, 8ul) != 0;  /* 8: the kernel's sigset; an error: let recv find out */
+		pfd[i] = (struct pollfd){ .fd = p->rx_fd[i], .events = POLLIN };
+	return syscall(SYS_ppoll, pfd, (unsigned long)p->nrx, &zero, NULL, 8ul) != 0;  /* 8: the kernel's sigset; an error: let recv find out */
 }
 
 static int udp_add_fds(struct uroce_backend *be, int epfd)
