@@ -29,12 +29,16 @@ struct uroce_engine {
 	_Alignas(64) _Atomic uint64_t app_poll_ns; /* an application's last poll */
 	_Atomic uint64_t app_run_ns;    /* start of the current run of polls close together */
 	_Atomic uint64_t app_spin_ns;   /* last poll of a run that has lasted SPIN_MIN_NS: a spin */
+	_Atomic uint64_t app_spin_from_ns; /* the start of that run (exec_spin_held) */
 	_Atomic uint64_t app_rx_ns;     /* an application's poll last ran the receive path */
 	_Atomic uint64_t app_post_ns;   /* an application's post, every POST_STAMP_EVERY-th (dev_post_stamp) */
 	_Alignas(64) _Atomic uint64_t handback_ns; /* last hand-back (exec_poll_found, exec_poll_block) */
 	atomic_bool stop;
 	atomic_bool sleeping;
 	_Atomic uint64_t wake_ns;       /* when the sleeping engine will wake at the latest */
+	/* a request (not a response) from a peer was last received: the
+	 * process is a target (transport/recv.c; exec_spin_held) */
+	_Alignas(64) _Atomic uint64_t rx_request_ns;
 };
 
 struct uroce_dev {

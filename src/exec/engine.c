@@ -196,12 +196,12 @@ static void *engine_main(void *arg)
 	pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
 	while (!atomic_load(&dev->eng.stop)) {
 		uint64_t now = now_ns();
-		uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
+		uint64_t held = exec_spin_held(dev, now);
 		uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
 		bool defer = dev->cfg.handoff_defer && dev->eng.rt;
 		/* signed: a poller may have stamped a later clock reading than
 		 * this one */
-		if (!defer && (int64_t)(now - spin) < (int64_t)grace) {
+		if (!defer && (int64_t)(now - held) < 0) {
 			uint64_t seen = atomic_load(&dev->eng.handback_ns);
 			/* grace: an application spins on its CQ (a run of polls
 			 * close together lasting 50 us: poll_stamp) and receives;
@@ -236,7 +236,7 @@ static void *engine_main(void *arg)
 			 * slack past the grace made one kick per ~150 iterations
 			 * of ib_write_lat.  A hand-back meanwhile cancels the
 			 * sleep. */
-			uint64_t cap = spin + grace - now;
+			uint64_t cap = held - now;
 			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen);
 			continue;
 		}

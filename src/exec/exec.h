@@ -34,6 +34,11 @@ uint64_t exec_poll_progress(struct uroce_dev *dev);
 /* ibv_poll_cq returns completions: the application may stop polling now.
  * `now`: exec_poll_progress's stamp of this very poll, or 0. */
 void exec_poll_found(struct uroce_dev *dev, uint64_t now);
+/* Until when an application's spin holds the sockets (the engine stays
+ * off them, and pollers receive): its last poll plus UROCE_POLL_GRACE_US,
+ * or in a process that peers send requests to, plus as long as it lasted
+ * (at least UROCE_POLL_SPIN_US). */
+uint64_t exec_spin_held(const struct uroce_dev *dev, uint64_t now);
 /* ibv_req_notify_cq: the application is about to block for an event, so
  * its spin, if any, is over: the sockets go back to the engine. */
 void exec_poll_block(struct uroce_dev *dev);

@@ -115,12 +115,52 @@ static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 	if (gap_post < gap)
 		gap = gap_post;
 
-	if (gap >= (int64_t)dev->cfg.poll_spin_us * 1000)
+	if (gap >= (int64_t)dev->cfg.poll_spin_us * 1000) {
 		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);
-	else if ((int64_t)(now - atomic_load_explicit(&dev->eng.app_run_ns, memory_order_acquire)) >=
-		 (int64_t)SPIN_MIN_NS)
-		atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_relaxed);
+	} else {
+		uint64_t run = atomic_load_explicit(&dev->eng.app_run_ns, memory_order_acquire);
+		if ((int64_t)(now - run) >= (int64_t)SPIN_MIN_NS) {
+			/* the run's start before its last poll (release; the
+			 * reader takes the poll with acquire, exec_spin_held) */
+			atomic_store_explicit(&dev->eng.app_spin_from_ns, run, memory_order_relaxed);
+			atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_release);
+		}
+	}
 	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_release);
+}
+
+/* Until when the engine leaves the sockets to a spin.  For a process that
+ * peers send requests to (one received within the grace), for as long
+ * after the spin's last poll as the spin has lasted, at least
+ * UROCE_POLL_SPIN_US (a gap that still continues the run) and at most
+ * UROCE_POLL_GRACE_US; for any other, the whole grace.  The grace outlasts
+ * the pauses of a spin that has gone on for a while (engine.c), but a
+ * short one is weak evidence that the next poll comes soon: a periodic
+ * poller whose thread woke 300 us late once, and on time the next period,
+ * polls twice 50-200 us apart, which is a spin by the rule above -- and
+ * held the sockets for the whole 3 ms while one-sided requests waited for
+ * its next poll (issue #14, the bench's runs of slow operations ~3 ms
+ * long).  Held as long as it lasted, such a spin delays a request by at
+ * most that.  A process that is no target waits only for answers to its
+ * own requests, and its own polls receive those: a client that posts a
+ * READ, polls for its answer and sleeps 100 us is a spin only now and then,
+ * and held for its short spins alone it was left to its engine, whose
+ * wake-up doubled an idle target's READ latency (onesided_lat idle by UDP,
+ * median ~35 -> ~65 us on the 2-core VM; 1,674 of 2,020 packets received
+ * by the client's engine against 9).  A torn read (the start of one spin,
+ * the last poll of another) gets the whole grace, as before. */
+uint64_t exec_spin_held(const struct uroce_dev *dev, uint64_t now)
+{
+	uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_acquire);
+	uint64_t from = atomic_load_explicit(&dev->eng.app_spin_from_ns, memory_order_relaxed);
+	uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000;
+	uint64_t gap = (uint64_t)dev->cfg.poll_spin_us * 1000;
+	uint64_t request = atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed);
+	int64_t lasted = (int64_t)(spin - from);
+
+	if ((int64_t)(now - request) < (int64_t)grace && lasted >= 0 && (uint64_t)lasted < grace)
+		grace = (uint64_t)lasted > gap ? (uint64_t)lasted : gap;
+	return spin + grace;
 }
 
 /* A poll runs the receive path only when there may be something to run:
@@ -153,8 +193,7 @@ static bool pollers_receive(struct uroce_dev *dev, uint64_t now)
 {
 	if (dev->cfg.handoff_defer && dev->eng.rt)
 		return true;
-	uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
-	return (int64_t)(now - spin) < (int64_t)dev->cfg.poll_grace_us * 1000;
+	return (int64_t)(now - exec_spin_held(dev, now)) < 0;
 }
 
 static void poll_receive(struct uroce_dev *dev, uint64_t now)
@@ -246,8 +285,8 @@ void exec_poll_block(struct uroce_dev *dev)
 	if (!dev->cfg.poll_progress || dev->cfg.handoff_defer)
 		return;
 	uint64_t now = now_ns();
-	uint64_t spin = atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed);
-	if (spin && (int64_t)(now - spin) < (int64_t)dev->cfg.poll_grace_us * 1000)
+	if (atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed) &&
+	    (int64_t)(now - exec_spin_held(dev, now)) < 0)
 		hand_back(dev, now, atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed));
 	else  /* the polls after the event start a run of their own */
 		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);

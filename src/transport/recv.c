@@ -140,10 +140,11 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
  * on a channel shared by both CQs, then overruns its send CQ. */
 void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 {
-	bool req[UROCE_RX_BATCH];
+	bool req[UROCE_RX_BATCH], requests = false;
 
 	for (int i = 0; i < n; i++) {
 		req[i] = pkts[i].len < BTH_LEN || !(opinfo(pkts[i].buf[0])->mask & OPF_RESP);
+		requests |= req[i];
 		if (!req[i])
 			transport_rx(dev, &pkts[i]);
 	}
@@ -151,4 +152,8 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 		if (req[i])
 			transport_rx(dev, &pkts[i]);
 	ack_rx_batch_end(dev);
+	/* peers send this process requests: its spins hold the sockets no
+	 * longer than they lasted (exec_spin_held) */
+	if (requests)
+		atomic_store_explicit(&dev->eng.rx_request_ns, now_ns(), memory_order_relaxed);
 }

@@ -66,8 +66,9 @@
 	/* after UROCE_HANDOFF: defer hands over within microseconds */ \
 	X(UROCE_POLL_GRACE_US, poll_grace_us, uint, 0, UINT_MAX, cfg->handoff_defer ? 5 : 3000, \
 	  "3000 (grace), 5 (defer)", \
-	  "grace: the engine stays off the sockets while an application spins on its CQ and this long " \
-	  "after (it looks once per grace); defer: an application that polled this recently is given " \
+	  "grace: the engine stays off the sockets while an application spins on its CQ and after, " \
+	  "at most this long (in a process that peers send requests to, as long as the spin lasted, " \
+	  "at least UROCE_POLL_SPIN_US); defer: an application that polled this recently is given " \
 	  "the packets first") \
 	X(UROCE_POLL_SPIN_US, poll_spin_us, uint, 0, UINT_MAX, 200, "200", \
 	  "polls of the CQs this close together, for 50 us or more, mean an application spins on " \

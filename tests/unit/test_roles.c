@@ -741,6 +741,69 @@ out:
 	rig_down(&r);
 }
 
+/* How long a spin holds the sockets (exec_spin_held, docs/architecture.md,
+ * "How long a spin holds the sockets"): a process that receives only
+ * answers holds them the whole grace after a spin; once a peer's request
+ * came, as long as the spin lasted, between UROCE_POLL_SPIN_US and the
+ * grace.  A batch of responses alone does not make a process a target.
+ * The stamps are set by hand and `now` is given, so nothing here depends
+ * on timing. */
+static void test_spin_hold(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	const uint64_t grace = (uint64_t)dev->cfg.poll_grace_us * 1000, gap = (uint64_t)dev->cfg.poll_spin_us * 1000;
+
+	CHECK(grace > gap && gap > 0, "defaults: grace %llu ns, spin gap %llu ns", (unsigned long long)grace,
+	      (unsigned long long)gap);
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ))
+		goto out;
+	atomic_store(&dev->eng.rx_request_ns, 0);
+	/* an ACK (a response) is no request */
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN, AETH_ACK_UNLIMITED, 0, NULL, 0);
+	deliver();
+	CHECK(atomic_load(&dev->eng.rx_request_ns) == 0, "a batch of responses marked the process a target");
+
+	uint64_t t = now_ns(), spin = t - 10000;
+	atomic_store(&dev->eng.app_spin_ns, spin);
+	atomic_store(&dev->eng.app_spin_from_ns, spin - 60000);
+	CHECK(exec_spin_held(dev, t) == spin + grace, "no target: a 60 us spin held %lld ns, want the grace",
+	      (long long)(exec_spin_held(dev, t) - spin));
+
+	queue_read_req(r.qpn, RQ_PSN, m.iova, m.mr->rkey, 8);
+	deliver();
+	check_nsent(1, "READ answered");
+	uint64_t stamp = atomic_load(&dev->eng.rx_request_ns);
+	CHECK(stamp >= t, "a READ request did not mark the process a target");
+	t = stamp;
+	spin = t - 10000;
+	static const struct { uint64_t lasted, held; const char *what; } rows[] = {
+		{ 60000, 0, "a 60 us spin: the spin gap" },
+		{ 1000000, 1000000, "a 1 ms spin: 1 ms" },
+		{ 10000000, 1, "a 10 ms spin: the grace" },
+	};
+	for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		uint64_t want = rows[i].held == 0 ? gap : rows[i].held == 1 ? grace : rows[i].held;
+		atomic_store(&dev->eng.app_spin_ns, spin);
+		atomic_store(&dev->eng.app_spin_from_ns, spin - rows[i].lasted);
+		uint64_t held = exec_spin_held(dev, t) - spin;
+		CHECK(held == want, "target, %s: held %llu ns, want %llu", rows[i].what, (unsigned long long)held,
+		      (unsigned long long)want);
+	}
+	/* a torn read (the start of a later run than the spin) gets the grace */
+	atomic_store(&dev->eng.app_spin_from_ns, spin + 5000);
+	CHECK(exec_spin_held(dev, t) == spin + grace, "torn stamps: held %lld ns, want the grace",
+	      (long long)(exec_spin_held(dev, t) - spin));
+	/* a grace after the last request the process is no target again */
+	atomic_store(&dev->eng.app_spin_from_ns, spin - 60000);
+	CHECK(exec_spin_held(dev, stamp + grace) == spin + grace, "a grace after the request: not the whole grace");
+	atomic_store(&dev->eng.app_spin_ns, 0);
+	atomic_store(&dev->eng.app_spin_from_ns, 0);
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* An atomic executes once and answers the original value (§6.3, §5.4). */
 static void test_resp_fetch_add(void)
 {
@@ -3224,6 +3287,7 @@ int main(void)
 		{ "responder: SEND without a receive gets an RNR NAK", test_resp_send_rnr },
 		{ "responder: READ answered at the path MTU", test_resp_read },
 		{ "responder: FETCH_ADD executes and answers the original", test_resp_fetch_add },
+		{ "hand-off: a spin holds the sockets by what the process receives", test_spin_hold },
 		{ "responder: one sequence NAK per PSN gap", test_resp_psn_gap },
 		{ "responder: bad ICRC dropped", test_resp_bad_icrc },
 		{ "CNP to the QP's controller", test_cnp },
