@@ -36,6 +36,7 @@ struct uroce_engine {
 	atomic_bool stop;
 	atomic_bool sleeping;
 	_Atomic uint64_t wake_ns;       /* when the sleeping engine will wake at the latest */
+	_Atomic uint64_t off_until_ns;  /* the engine sleeps off the sockets until then (0: not) */
 	/* a request (not a response) from a peer was last received: the
 	 * process is a target (transport/recv.c; exec_spin_held) */
 	_Alignas(64) _Atomic uint64_t rx_request_ns;

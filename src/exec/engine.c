@@ -237,7 +237,12 @@ static void *engine_main(void *arg)
 			 * of ib_write_lat.  A hand-back meanwhile cancels the
 			 * sleep. */
 			uint64_t cap = held - now;
+			/* published, so that pollers receive and a CQ armed
+			 * hands back until then, even if the hold shrinks
+			 * meanwhile (progress.c, spin_holds) */
+			atomic_store(&dev->eng.off_until_ns, held);
 			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen);
+			atomic_store(&dev->eng.off_until_ns, 0);
 			continue;
 		}
 		if (exec_progress(dev, ENGINE_BUDGET) > 0) {

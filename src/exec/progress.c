@@ -158,9 +158,23 @@ uint64_t exec_spin_held(const struct uroce_dev *dev, uint64_t now)
 	uint64_t request = atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed);
 	int64_t lasted = (int64_t)(spin - from);
 
-	if ((int64_t)(now - request) < (int64_t)grace && lasted >= 0 && (uint64_t)lasted < grace)
-		grace = (uint64_t)lasted > gap ? (uint64_t)lasted : gap;
+	if ((int64_t)(now - request) < (int64_t)grace && lasted >= 0 && (uint64_t)lasted < grace) {
+		uint64_t hold = (uint64_t)lasted > gap ? (uint64_t)lasted : gap;
+		if (hold < grace)
+			grace = hold;
+	}
 	return spin + grace;
+}
+
+/* Is the receive path the pollers' now?  While a spin holds the sockets,
+ * and while the engine sleeps off them until the end of a hold it
+ * computed earlier: a hold can shrink after that (a process's first
+ * request, a short spin after a long one), and in between neither would
+ * receive (issue #14's review). */
+static bool spin_holds(const struct uroce_dev *dev, uint64_t now)
+{
+	uint64_t off = atomic_load(&dev->eng.off_until_ns);
+	return (int64_t)(now - exec_spin_held(dev, now)) < 0 || (off && (int64_t)(now - off) < 0);
 }
 
 /* A poll runs the receive path only when there may be something to run:
@@ -193,7 +207,7 @@ static bool pollers_receive(struct uroce_dev *dev, uint64_t now)
 {
 	if (dev->cfg.handoff_defer && dev->eng.rt)
 		return true;
-	return (int64_t)(now - exec_spin_held(dev, now)) < 0;
+	return spin_holds(dev, now);
 }
 
 static void poll_receive(struct uroce_dev *dev, uint64_t now)
@@ -285,8 +299,8 @@ void exec_poll_block(struct uroce_dev *dev)
 	if (!dev->cfg.poll_progress || dev->cfg.handoff_defer)
 		return;
 	uint64_t now = now_ns();
-	if (atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed) &&
-	    (int64_t)(now - exec_spin_held(dev, now)) < 0)
+	if ((atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed) || atomic_load(&dev->eng.off_until_ns)) &&
+	    spin_holds(dev, now))
 		hand_back(dev, now, atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed));
 	else  /* the polls after the event start a run of their own */
 		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);

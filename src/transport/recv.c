@@ -144,7 +144,8 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 
 	for (int i = 0; i < n; i++) {
 		req[i] = pkts[i].len < BTH_LEN || !(opinfo(pkts[i].buf[0])->mask & OPF_RESP);
-		requests |= req[i];
+		/* a CNP or a runt is no peer's request to serve */
+		requests |= req[i] && pkts[i].len >= BTH_LEN && !(opinfo(pkts[i].buf[0])->mask & OPF_CNP);
 		if (!req[i])
 			transport_rx(dev, &pkts[i]);
 	}
@@ -154,6 +155,11 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 	ack_rx_batch_end(dev);
 	/* peers send this process requests: its spins hold the sockets no
 	 * longer than they lasted (exec_spin_held) */
-	if (requests)
-		atomic_store_explicit(&dev->eng.rx_request_ns, now_ns(), memory_order_relaxed);
+	if (requests) {
+		/* stored once per 256 us at most: spinners on other cores read
+		 * the line on every poll */
+		uint64_t t = now_ns();
+		if (t - atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed) > 256000)
+			atomic_store_explicit(&dev->eng.rx_request_ns, t, memory_order_relaxed);
+	}
 }

@@ -797,8 +797,18 @@ static void test_spin_hold(void)
 	/* a grace after the last request the process is no target again */
 	atomic_store(&dev->eng.app_spin_from_ns, spin - 60000);
 	CHECK(exec_spin_held(dev, stamp + grace) == spin + grace, "a grace after the request: not the whole grace");
+	/* the engine asleep off the sockets until a hold it computed before
+	 * the hold shrank: an armed CQ still hands the sockets back */
 	atomic_store(&dev->eng.app_spin_ns, 0);
 	atomic_store(&dev->eng.app_spin_from_ns, 0);
+	uint64_t hb = atomic_load(&dev->eng.handback_ns);
+	exec_poll_block(dev);
+	CHECK(atomic_load(&dev->eng.handback_ns) == hb, "no spin, engine on the sockets: a hand-back");
+	atomic_store(&dev->eng.off_until_ns, now_ns() + 1000000000ull);
+	exec_poll_block(dev);
+	CHECK(atomic_load(&dev->eng.handback_ns) != hb, "engine off the sockets: no hand-back at ibv_req_notify_cq");
+	atomic_store(&dev->eng.off_until_ns, 0);
+	atomic_store(&dev->eng.rx_request_ns, 0);
 out:
 	mem_down(&m);
 	rig_down(&r);
