@@ -299,8 +299,7 @@ void exec_poll_block(struct uroce_dev *dev)
 	if (!dev->cfg.poll_progress || dev->cfg.handoff_defer)
 		return;
 	uint64_t now = now_ns();
-	if ((atomic_load_explicit(&dev->eng.app_spin_ns, memory_order_relaxed) || atomic_load(&dev->eng.off_until_ns)) &&
-	    spin_holds(dev, now))
+	if (spin_holds(dev, now))
 		hand_back(dev, now, atomic_load_explicit(&dev->eng.handback_ns, memory_order_relaxed));
 	else  /* the polls after the event start a run of their own */
 		atomic_store_explicit(&dev->eng.app_run_ns, now, memory_order_release);

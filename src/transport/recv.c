@@ -138,14 +138,21 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
  * it, and processed in arrival order it would complete the send after the
  * answer's receive -- perftest's ib_send_lat -e, which waits for one event
  * on a channel shared by both CQs, then overruns its send CQ. */
+/* How often a batch with requests restamps eng.rx_request_ns at most:
+ * spinners on other cores read that line on every poll, and the stamp
+ * needs to be fresh only to within a small part of the poll grace. */
+#define REQUEST_STAMP_NS 256000ull
+
 void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 {
 	bool req[UROCE_RX_BATCH], requests = false;
 
 	for (int i = 0; i < n; i++) {
-		req[i] = pkts[i].len < BTH_LEN || !(opinfo(pkts[i].buf[0])->mask & OPF_RESP);
-		/* a CNP or a runt is no peer's request to serve */
-		requests |= req[i] && pkts[i].len >= BTH_LEN && !(opinfo(pkts[i].buf[0])->mask & OPF_CNP);
+		/* a runt goes with the requests, to be dropped and counted */
+		uint32_t mask = pkts[i].len < BTH_LEN ? 0 : opinfo(pkts[i].buf[0])->mask;
+		req[i] = !(mask & OPF_RESP);
+		/* a runt, an unknown opcode or a CNP is no peer's request to serve */
+		requests |= mask && !(mask & (OPF_RESP | OPF_CNP));
 		if (!req[i])
 			transport_rx(dev, &pkts[i]);
 	}
@@ -156,10 +163,8 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 	/* peers send this process requests: its spins hold the sockets no
 	 * longer than they lasted (exec_spin_held) */
 	if (requests) {
-		/* stored once per 256 us at most: spinners on other cores read
-		 * the line on every poll */
 		uint64_t t = now_ns();
-		if (t - atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed) > 256000)
+		if (t - atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed) > REQUEST_STAMP_NS)
 			atomic_store_explicit(&dev->eng.rx_request_ns, t, memory_order_relaxed);
 	}
 }
