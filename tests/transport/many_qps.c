@@ -156,7 +156,11 @@ static int run(int sock, int who)
 			DIE("ibv_modify_qp RTR %d of %d: %s", i, nqp, strerror(errno));
 		a.qp_state = IBV_QPS_RTS;
 		a.sq_psn = (uint32_t)i * 3;
-		a.timeout = 14;
+		/* 1.07 s, 7 retries: a peer stalled for up to ~8 s (descheduled on a
+		 * loaded 2-core CI machine under ASan) is waited out; at 14 (67 ms,
+		 * ~0.5 s in all) a SIGSTOP of the child for 0.7 s failed the parent
+		 * with "transport retry counter exceeded", as CI once did. */
+		a.timeout = 18;
 		a.retry_cnt = 7;
 		a.rnr_retry = 7;
 		a.max_rd_atomic = 1;
