@@ -39,6 +39,16 @@
  * see a same-host producer asking for a region (net_serve): it answers
  * this often then, well within the producer's wait (net/shm.c). */
 #define SERVE_EVERY_NS 1000000ull
+/* How long a real-time spin waits for the next packet while a message is
+ * under way (engine_main) before it sleeps on the sockets.  On one host the
+ * engine wakes on the CPU of the thread that sends to it and, real-time,
+ * preempts it: spinning the whole UROCE_SPIN_US for the rest of a WRITE
+ * kept that sender from sending the rest (onesided_lat write 16 KiB to an
+ * idle target by UDP: median 92-106 us, p99 168-184 us, 1.7 engine sleeps a
+ * WRITE; with 5 us: 56-69 us, 129-155 us; 64 KiB: 103 -> 68-74 us, p99
+ * 205-210 -> 155-194 us).  A sender on another CPU streams packets closer
+ * than that, and the sleep is real-time: the next packet wakes it at once. */
+#define UNDER_WAY_SPIN_NS 5000ull
 /* While a serve fd is not watched (net->serve_stalled: a connection could
  * not be accepted), every sleep ends this soon and serves again (net/ring.c). */
 #define SERVE_STALLED_NS 10000000ull
@@ -281,7 +291,10 @@ static void *engine_main(void *arg)
 		 * way; between messages it spins as an ordinary thread. */
 		bool under_way = atomic_load(&dev->ack_flush_next) != UINT64_MAX ||
 				 atomic_load_explicit(&dev->rx_writes_open, memory_order_relaxed) > 0;
-		if (now - last_traffic < (uint64_t)dev->cfg.spin_us * 1000) {
+		uint64_t spin_ns = (uint64_t)dev->cfg.spin_us * 1000;
+		if (under_way && dev->eng.rt && spin_ns > UNDER_WAY_SPIN_NS)
+			spin_ns = UNDER_WAY_SPIN_NS;
+		if (now - last_traffic < spin_ns) {
 			/* a look costs as much as a round of the spin: look again
 			 * after 10 us (a thread that became runnable meanwhile
 			 * waits at most that long) */
