@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../wire/hdr.h"
+#include "share.h"
+#include <sys/random.h>
+#include <unistd.h>
 #include "../wire/ip.h"
 
 /* While a ring is busy an empty receive call reads the rings alone (tens of
@@ -59,6 +62,13 @@ static struct uroce_net *net_open(struct uroce_config *cfg, struct uroce_stats_p
 	net->cfg = cfg;
 	net->stats = stats;
 	atomic_init(&net->fault_rng, 0x9E3779B97F4A7C15ul ^ ((unsigned long)cfg->fault_seed * 0xBF58476D1CE4E5B9ul));
+	/* a QPN's high bits: random unless a shared address's registry gives
+	 * them (udp.c); stale packets of another process that used this
+	 * address before are then for QPNs nobody has */
+	uint16_t r;
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+		r = (uint16_t)getpid();
+	net->qpn_slot = SHARE_SLOT_FIRST + r % (SHARE_SLOT_LAST - SHARE_SLOT_FIRST + 1);
 	/* the wire first: it fills in automatic addresses, which the rings'
 	 * regions are named after (binding them made them ours) */
 	rc = backend_open(net, &net->wire, wire);

@@ -161,6 +161,14 @@ struct uroce_net {
 	unsigned ring_polls;    /* receive calls with a ring busy (SOCKET_EVERY, net.c) */
 	atomic_uint fault_tx_seq, fault_rx_seq;
 	atomic_ulong fault_rng;
+	/* The high bits of every QPN of this device (QPN = qpn_slot <<
+	 * SHARE_SLOT_SHIFT | index, obj/qp.c): its slot in each shared
+	 * address's registry (net/share.h), the same for all its GIDs, or a
+	 * random one when no address is shared. */
+	unsigned qpn_slot;
+	/* per GID: its registry when the address is shared (UROCE_ADDR),
+	 * NULL otherwise (udp.c's, read by ring.c) */
+	struct share *share[UROCE_MAX_GIDS];
 };
 
 /* Might net_recv find a packet now?  Without rx_lock, from any thread

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include "shm.h"
+#include "share.h"
 
 struct ring_priv {
 	struct shm_rx *rx[UROCE_MAX_GIDS];  /* a region per address, NULL when none */
@@ -46,9 +47,19 @@ static int ring_open(struct uroce_backend *be)
 	if (!p)
 		return -ENOMEM;
 	p->stats = be->net->stats;
-	for (int i = 0; i < cfg->ngids; i++)
+	for (int i = 0; i < cfg->ngids; i++) {
+		/* An address other processes share already: the region's
+		 * rendezvous is named after the address alone, so it stays
+		 * the first process's and this one takes UDP (share.h; a
+		 * region per process is the next step, docs/architecture.md) */
+		struct share *sh = be->net->share[i];
+		if (sh && share_others(sh))
+			continue;
 		if (!(p->rx[i] = shm_rx_open(cfg->gids[i])) && !shm_dir_refused())
 			UROCE_COUNT(p->stats, UC_shm_region_failed, 1);
+		else if (p->rx[i] && sh)
+			share_ring_owner(sh);  /* its doorbells come here */
+	}
 	p->n = cfg->ngids;
 	if (cfg->ngids && shm_dir_refused())
 		UROCE_COUNT(p->stats, UC_shm_dir_refused, 1);
@@ -77,6 +88,12 @@ static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const
 		errno = EINVAL;  /* UD: no one peer */
 		return NULL;
 	}
+	/* the region there is its first process's; this flow's QP may be
+	 * another's (ring_open) */
+	if (share_gid_shared(peer)) {
+		errno = ENOENT;
+		return NULL;
+	}
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return NULL;
@@ -95,7 +112,8 @@ static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const
 static void ring_flow_prepare(struct uroce_backend *be, const uint8_t peer[16])
 {
 	(void)be;
-	shm_tx_prepare(peer);
+	if (!share_gid_shared(peer))
+		shm_tx_prepare(peer);
 }
 
 static void ring_flow_close(struct uroce_backend_flow *f)

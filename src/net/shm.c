@@ -621,6 +621,21 @@ bool shm_dir_refused(void)
 	return !shm_dir_ok;
 }
 
+int shm_dir_open(const char *name, int flags)
+{
+	struct stat st;
+	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
+		return -EACCES;
+	int fd = openat(shm_dirfd, name, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+unsigned long shm_netns_id(void)
+{
+	pthread_once(&shm_dir_once, shm_dir_init);
+	return shm_netns;
+}
+
 /* The socket file of gid's region; false when there are no rings. */
 static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t *len)
 {

@@ -39,6 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "../util/fds.h"
+#include "share.h"
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
 #include <sys/syscall.h>
@@ -92,8 +93,14 @@ struct udp_txsock {
  * (net_flow_sport). */
 #define UDP_TX_POOL 64
 
+/* Receive sockets: one per GID, then, for each GID whose address is
+ * shared (share.h), its forward socket. */
+#define UDP_RX_FDS (2 * UROCE_MAX_GIDS)
+
 struct udp_priv {
-	int rx_fd[UROCE_MAX_GIDS];
+	int rx_fd[UDP_RX_FDS];
+	int8_t rx_gid[UDP_RX_FDS];           /* the GID it receives for */
+	bool rx_fwd[UDP_RX_FDS];             /* a forward socket: packets come wrapped */
 	/* [gid][source port % UDP_TX_POOL]; the last one is the ephemeral fallback */
 	struct udp_txsock tx[UROCE_MAX_GIDS][UDP_TX_POOL + 1];
 	pthread_mutex_t tx_lock;             /* opening pool sockets (flow_open only) */
@@ -124,24 +131,6 @@ struct uroce_backend_flow {
 	} cmsg[UROCE_TX_BATCH];
 	struct iovec iov[UROCE_TX_BATCH * 4 + UROCE_TX_IOV];
 };
-
-static void gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (gid_is_ipv4(gid)) {
-		struct sockaddr_in *s = (struct sockaddr_in *)ss;
-		s->sin_family = AF_INET;
-		s->sin_port = htons(port);
-		memcpy(&s->sin_addr, gid + 12, 4);
-		*len = sizeof(*s);
-	} else {
-		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
-		s->sin6_family = AF_INET6;
-		s->sin6_port = htons(port);
-		memcpy(&s->sin6_addr, gid, 16);
-		*len = sizeof(*s);
-	}
-}
 
 static void sockaddr_to_gid(const struct sockaddr_storage *ss, uint8_t gid[16], uint16_t *port)
 {
@@ -193,7 +182,12 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 	if (fd < 0)
 		return -errno;
 	if (reuse) {
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		/* SO_REUSEADDR would let any user's socket with it bind the
+		 * receive port too (and take its unicast packets): a shared
+		 * receive socket sets SO_REUSEPORT alone, whose group the
+		 * kernel keeps to one effective uid */
+		if (!rx)
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	}
 	if (v4) {
@@ -279,6 +273,41 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
 	h->msg_controllen = sizeof(p->cbuf[i]);
 }
 
+static void share_release(struct uroce_net *net)
+{
+	for (int i = 0; i < UROCE_MAX_GIDS; i++) {
+		share_close(net->share[i]);
+		net->share[i] = NULL;
+	}
+}
+
+/* One slot, the same in the registry of every GID of the device (a QPN's
+ * high bits name the process whichever of its addresses a packet comes
+ * to): net->share[] and net->qpn_slot, or -errno when an address has no
+ * registry (no private rendezvous directory): then none is shared. */
+static int share_claim(struct uroce_net *net, struct uroce_config *cfg)
+{
+	const unsigned span = SHARE_SLOT_LAST - SHARE_SLOT_FIRST + 1;
+	unsigned start = net->qpn_slot - SHARE_SLOT_FIRST;
+
+	for (unsigned t = 0; t < span; t++) {
+		unsigned slot = SHARE_SLOT_FIRST + (start + t) % span;
+		int i, rc = 0;
+		for (i = 0; i < cfg->ngids; i++)
+			if ((rc = share_open(cfg->gids[i], slot, &net->share[i])) < 0)
+				break;
+		if (i == cfg->ngids) {
+			net->qpn_slot = slot;
+			return 0;
+		}
+		net->share[i] = NULL;
+		share_release(net);
+		if (rc != -EBUSY)
+			return rc;
+	}
+	return -EBUSY;
+}
+
 static int udp_open(struct uroce_backend *be)
 {
 	struct udp_priv *p = calloc(1, sizeof(*p));
@@ -304,16 +333,40 @@ static int udp_open(struct uroce_backend *be)
 			goto fail;
 		p->nrx = 1;
 	} else {
+		rc = share_claim(net, cfg);
+		if (rc < 0)
+			LOG_INFO("uroce: the address is this process's alone (no registry: %s)", strerror(-rc));
 		for (int i = 0; i < cfg->ngids; i++) {
-			int fd = udp_socket(cfg->gids[i], ROCE_UDP_PORT, false, true);
+			int fd = udp_socket(cfg->gids[i], ROCE_UDP_PORT, net->share[i] != NULL, true);
 			if (fd < 0) {
 				char a[64];
-				inet_ntop(gid_is_ipv4(cfg->gids[i]) ? AF_INET : AF_INET6,
-					  gid_is_ipv4(cfg->gids[i]) ? cfg->gids[i] + 12 : cfg->gids[i], a, sizeof(a));
-				LOG_ERR("uroce: cannot bind %s port %d: %s", a, ROCE_UDP_PORT, strerror(-fd));
+				LOG_ERR("uroce: cannot bind %s port %d: %s%s", gid_format(cfg->gids[i], a, sizeof(a)),
+					ROCE_UDP_PORT, strerror(-fd),
+					fd == -EADDRINUSE ? " (a program that is not uroce, or another user's uroce, has it: "
+							    "processes share an address only within one user)" : "");
 				rc = fd;
 				goto fail;
 			}
+			p->rx_gid[p->nrx] = (int8_t)i;
+			p->rx_fd[p->nrx++] = fd;
+		}
+		for (int i = 0; i < cfg->ngids; i++) {
+			if (!net->share[i])
+				continue;
+			/* the forward socket: <address>:ephemeral, no GRO (each
+			 * datagram is one wrapped packet) */
+			int fd = udp_socket(cfg->gids[i], 0, false, true), zero = 0;
+			if (fd >= 0)
+				setsockopt(fd, IPPROTO_UDP, UDP_GRO, &zero, sizeof(zero));
+			if (fd < 0 || (rc = share_join(net->share[i], p->rx_fd[i], fd)) < 0) {
+				rc = fd < 0 ? fd : rc;
+				if (fd >= 0)
+					close(fd);
+				LOG_ERR("uroce: cannot open the forward socket of a shared address: %s", strerror(-rc));
+				goto fail;
+			}
+			p->rx_gid[p->nrx] = (int8_t)i;
+			p->rx_fwd[p->nrx] = true;
 			p->rx_fd[p->nrx++] = fd;
 		}
 	}
@@ -336,6 +389,7 @@ static int udp_open(struct uroce_backend *be)
 fail:
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
+	share_release(net);
 	pthread_mutex_destroy(&p->tx_lock);
 	free(p->bufs);
 	free(p);
@@ -350,6 +404,7 @@ static void udp_close(struct uroce_backend *be)
 		return;
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
+	share_release(be->net);
 	for (int g = 0; g < UROCE_MAX_GIDS; g++)
 		for (int i = 0; i <= UDP_TX_POOL; i++)
 			if (p->tx[g][i].fd >= 0)
@@ -595,7 +650,10 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
 	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
-		int fd = p->rx_fd[(p->rr + (unsigned)k) % (unsigned)p->nrx];
+		int fi = (int)((p->rr + (unsigned)k) % (unsigned)p->nrx), fd = p->rx_fd[fi];
+		/* a shared address's registry: a packet for another process's
+		 * QP is forwarded, one that came forwarded is unwrapped */
+		struct share *sh = p->nrx > 0 ? be->net->share[p->rx_gid[fi]] : NULL;
 		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
 		int want = (max - got) / UROCE_GRO_MAX_SEGS;
 		if (want > UROCE_RX_BUFS - used)
@@ -621,6 +679,19 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 				UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
 				rx_hdr_reset(p, i);
 				continue;
+			} else if (sh && p->rx_fwd[fi]) {
+				rx_hdr_reset(p, i);
+				if (got < max && share_unwrap(sh, buf, len, &pkts[got])) {
+					UROCE_COUNT(p->stats, UC_share_forwarded_rx, 1);
+					got++;
+				} else {
+					UROCE_COUNT(p->stats, UC_share_bad, 1);
+				}
+				continue;
+			} else if (sh && share_rx_probe(sh, buf, len)) {
+				UROCE_COUNT(p->stats, UC_share_probes_rx, 1);
+				rx_hdr_reset(p, i);
+				continue;
 			}
 			rx_hdr_reset(p, i);
 			uint32_t seg = gso > 0 && (uint32_t)gso < len ? (uint32_t)gso : (len ? len : 1);
@@ -634,6 +705,16 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 				pk->len = len ? (len - off < seg ? len - off : seg) : 0;
 				/* segment k of a GSO send carried IPv4 ID k (net.h) */
 				pk->ip_id_hint = idx;
+				if (sh && pk->len >= BTH_LEN) {
+					unsigned slot = share_slot_of(bth_qpn(pk->buf));
+					if (slot != be->net->qpn_slot && slot >= SHARE_SLOT_FIRST && slot <= SHARE_SLOT_LAST) {
+						/* the group's order changed, or a
+						 * member has not learnt its index yet */
+						UROCE_COUNT(p->stats, share_forward(sh, pk) ? UC_share_forwarded
+											   : UC_share_unowned, 1);
+						got--;
+					}
+				}
 			}
 		}
 		used += r;
@@ -650,7 +731,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 {
 	struct udp_priv *p = be->priv;
-	struct pollfd pfd[UROCE_MAX_GIDS];
+	struct pollfd pfd[UDP_RX_FDS];
 	struct timespec zero = { 0, 0 };
 
 	(void)busy;

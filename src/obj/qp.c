@@ -9,6 +9,7 @@
 #include "qp_state.h"
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
+#include "../net/share.h"
 #include "../core/async.h"
 #include "../core/cq_ring.h"
 #include "../core/wake.h"
@@ -153,14 +154,15 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 		err = ENOMEM;
 		goto fail;
 	}
-	uint16_t salt;
-	if (getrandom(&salt, sizeof(salt), GRND_NONBLOCK) != sizeof(salt))
-		salt = (uint16_t)now_ns();
+	/* QPN = the device's slot << SHARE_SLOT_SHIFT | table index: the
+	 * slot names this process on a shared address (net/share.h), the
+	 * index moves on with every QP, so a QPN comes back only after
+	 * UROCE_MAX_QP others (a destroyed QP's late packets find no QP) */
 	for (;;) {
 		uint32_t idx = dev->qpn_next++ & (UROCE_MAX_QP - 1);
 		if (idx < 2 || idx == UROCE_MAX_QP - 1 || atomic_load(&dev->qp_table[idx]))
 			continue;
-		qp->qpn = (uint32_t)(salt & 0x3FF) << 14 | idx;
+		qp->qpn = (uint32_t)dev->net->qpn_slot << SHARE_SLOT_SHIFT | idx;
 		break;
 	}
 	q->qp_num = qp->qpn;

@@ -61,7 +61,12 @@
 	X(shm_region_failed, "same-host ring regions that could not be made (memfd, seals, mapping or socket: logged once): that address takes UDP") \
 	X(shm_serve_stalled, "same-host rendezvous listeners unwatched for up to 10 ms (the engine then serves again): a connection could not be accepted") \
 	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)") \
-	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)")
+	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)") \
+	X(share_forwarded, "packets for another process's QP on a shared address, forwarded to it (net/share.c)") \
+	X(share_forwarded_rx, "packets that another process of a shared address forwarded here") \
+	X(share_unowned, "packets dropped: for a QP slot of a shared address that no live process holds") \
+	X(share_probes_rx, "probes received that told this process its place in a shared address's group") \
+	X(share_bad, "datagrams on a shared address's forward socket that were no forward of its registry")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

@@ -7,12 +7,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 bool gid_is_ipv4(const uint8_t gid[16]);
 /* An IPv4 or IPv6 address in text as a GID; -1 if it is neither. */
 int gid_parse(const char *s, uint8_t gid[16]);
 /* The GID's address as text (dotted quad for IPv4-mapped ones). */
 const char *gid_format(const uint8_t gid[16], char *buf, size_t n);
+/* The socket address of a GID and a UDP port (host order). */
+void gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
 
 /* The IP header a RoCEv2 packet of `udp_len` UDP bytes travels in: IPv4
  * with DF and its header checksum (20 bytes), or IPv6 (40 bytes); returns

@@ -1,0 +1,486 @@
+/* One RoCE address shared by the uroce processes of one user: the registry,
+ * the steering program and the forwarding of misdelivered packets (share.h;
+ * docs/architecture.md, "One address, many processes"). */
+#include "share.h"
+#include "net.h"
+#include "shm.h"
+#include "../util/clock.h"
+#include "../util/log.h"
+#include "../wire/hdr.h"
+#include "../wire/ip.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHARE_MAGIC 0x31676572656f7275ull   /* "uroereg1" */
+/* A new round of probes after a misdelivery at most this often: a dead
+ * member's peers retransmit to it for a while, and each of those packets
+ * is a misdelivery. */
+#define SHARE_REPROBE_NS 20000000ull
+/* How long device open waits for the registry lock (held for a few system
+ * calls; a holder stopped by SIGSTOP must not hang the others' open). */
+#define SHARE_LOCK_WAIT_NS 200000000ull
+
+/* The steering program's words (loaded big-endian, BPF_ABS): "uroc" then
+ * "e-px" (a probe: the group index follows) or "e-db" (a doorbell:
+ * udp.c's, for the ring listener's owner). */
+#define W_UROC 0x75726f63u
+#define W_EPX 0x652d7078u
+#define W_EDB 0x652d6462u
+
+struct share_hdr {
+	_Atomic uint64_t magic;              /* SHARE_MAGIC once made */
+	uint64_t nonce;                      /* probes and forwards carry it */
+	_Atomic uint32_t gen;                /* the probe round */
+	_Atomic uint32_t ring_slot;          /* the ring listener's owner (0: none) */
+	uint8_t pad[40];
+};
+
+struct share_slot {
+	_Atomic uint32_t index;              /* its socket's index in the group, as of round index_gen */
+	_Atomic uint32_t index_gen;
+	_Atomic uint32_t fwd_port;           /* its forward socket's port (host order; 0: none) */
+	uint8_t pad[52];
+};
+
+struct share_map {
+	struct share_hdr hdr;
+	struct share_slot slot[SHARE_SLOTS];
+};
+
+struct share {
+	int fd;                              /* our own open of the registry: our OFD locks */
+	struct share_map *map;
+	int guard;                           /* shm_guard_mapping's slot */
+	unsigned slot;
+	int rx_fd, fwd_fd;                   /* udp.c's */
+	uint8_t gid[16];
+	uint64_t nonce;
+	_Atomic uint64_t probe_after;        /* no new round before */
+};
+
+/* A probe: "uroce-px", the index it goes to, the round, the nonce. */
+struct share_probe {
+	uint8_t magic[8];
+	uint32_t index_be, gen_be;
+	uint64_t nonce;
+};
+
+/* A forward's wrapper (SHARE_FWD_HDR bytes), then the packet. */
+struct share_fwd {
+	uint8_t magic[8];
+	uint64_t nonce;
+	uint8_t sgid[16], dgid[16];
+	uint16_t sport;
+	uint8_t tos, ttl;
+	uint16_t ip_id_hint;
+	uint8_t pad[2];
+};
+_Static_assert(sizeof(struct share_fwd) == SHARE_FWD_HDR, "forward wrapper size");
+
+static const uint8_t probe_magic[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'p', 'x' };
+static const uint8_t fwd_magic[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'f', 'w' };
+
+static void registry_name(const uint8_t gid[16], char *name, size_t n)
+{
+	int k = snprintf(name, n, "addr.%lu.", shm_netns_id());
+	for (int i = 0; i < 16 && k > 0 && (size_t)k + 3 < n; i++)
+		k += snprintf(name + k, n - (size_t)k, "%02x", gid[i]);
+}
+
+static int lock_byte(int fd, off_t at, short type, bool wait)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1 };
+	return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+}
+
+/* The registry lock, waited for up to SHARE_LOCK_WAIT_NS when `patient`
+ * (device open), else tried once (the receive path never waits on another
+ * process). */
+static bool registry_lock(struct share *sh, bool patient)
+{
+	uint64_t until = now_ns() + SHARE_LOCK_WAIT_NS;
+	for (;;) {
+		if (lock_byte(sh->fd, 0, F_WRLCK, false) == 0)
+			return true;
+		if (!patient || now_ns() > until)
+			return false;
+		usleep(200);
+	}
+}
+
+static void registry_unlock(struct share *sh)
+{
+	lock_byte(sh->fd, 0, F_UNLCK, false);
+}
+
+/* Slots in [lo, hi] held by another open of the registry than fd's:
+ * F_OFD_GETLK reports one conflicting lock at a time, not necessarily the
+ * lowest, so the range is split around each. */
+static void scan_held(int fd, unsigned lo, unsigned hi, uint8_t *held, unsigned *n)
+{
+	while (lo <= hi) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1 + (off_t)lo,
+				    .l_len = (off_t)(hi - lo + 1) };
+		if (fcntl(fd, F_OFD_GETLK, &fl) < 0 || fl.l_type == F_UNLCK)
+			return;
+		off_t a = fl.l_start - 1, b = fl.l_len > 0 ? a + fl.l_len - 1 : (off_t)hi;
+		if (a < (off_t)lo)
+			a = lo;
+		if (b > (off_t)hi)
+			b = hi;
+		for (off_t s = a; s <= b; s++)
+			if (!held[s]) {
+				held[s] = 1;
+				(*n)++;
+			}
+		if (a > (off_t)lo)
+			scan_held(fd, lo, (unsigned)a - 1, held, n);
+		lo = (unsigned)b + 1;
+	}
+}
+
+static bool slot_held(int fd, unsigned s)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1 + (off_t)s, .l_len = 1 };
+	return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+/* Opens gid's registry, making it (initialised, then renamed into place,
+ * so nobody sees it half made) when absent. */
+static int registry_open(const uint8_t gid[16])
+{
+	char name[96], tmp[128];
+	registry_name(gid, name, sizeof(name));
+	for (int attempt = 0; attempt < 4; attempt++) {
+		int fd = shm_dir_open(name, O_RDWR);
+		if (fd != -ENOENT)
+			return fd;
+		uint64_t nonce;
+		if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+			return -EIO;
+		snprintf(tmp, sizeof(tmp), "%s.new.%d.%llx", name, (int)getpid(), (unsigned long long)nonce);
+		fd = shm_dir_open(tmp, O_RDWR | O_CREAT | O_EXCL);
+		if (fd < 0)
+			return fd;
+		struct share_hdr h = { .nonce = nonce };
+		atomic_init(&h.magic, SHARE_MAGIC);
+		if (ftruncate(fd, sizeof(struct share_map)) < 0 || pwrite(fd, &h, sizeof(h), 0) != sizeof(h)) {
+			int e = -errno;
+			close(fd);
+			return e;
+		}
+		close(fd);
+		/* renameat2 through the directory's fd: shm_dir_open checked it */
+		char from[160], to[160];
+		int dfd = shm_dir_open(".", O_PATH | O_DIRECTORY);
+		if (dfd < 0)
+			return dfd;
+		snprintf(from, sizeof(from), "%s", tmp);
+		snprintf(to, sizeof(to), "%s", name);
+		int rc = renameat2(dfd, from, dfd, to, RENAME_NOREPLACE);
+		int e = errno;
+		if (rc < 0)
+			unlinkat(dfd, from, 0);
+		close(dfd);
+		if (rc < 0 && e != EEXIST)
+			return -e;
+		/* made, or another process made it first: open what is there */
+	}
+	return -EAGAIN;
+}
+
+int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
+{
+	if (slot < SHARE_SLOT_FIRST || slot > SHARE_SLOT_LAST)
+		return -EINVAL;
+	int fd = registry_open(gid);
+	if (fd < 0)
+		return fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct share_map)) {
+		close(fd);
+		return -EIO;
+	}
+	if (lock_byte(fd, 1 + (off_t)slot, F_WRLCK, false) < 0) {
+		close(fd);
+		return -EBUSY;
+	}
+	struct share_map *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		close(fd);
+		return -ENOMEM;
+	}
+	struct share *sh = calloc(1, sizeof(*sh));
+	if (!sh) {
+		munmap(m, sizeof(*m));
+		close(fd);
+		return -ENOMEM;
+	}
+	sh->fd = fd;
+	sh->map = m;
+	sh->slot = slot;
+	/* a process of our user could truncate it under us (share.h) */
+	sh->guard = shm_guard_mapping(m, sizeof(*m));
+	if (atomic_load(&m->hdr.magic) != SHARE_MAGIC) {
+		share_close(sh);
+		return -EIO;
+	}
+	sh->rx_fd = sh->fwd_fd = -1;
+	sh->nonce = m->hdr.nonce;
+	memcpy(sh->gid, gid, 16);
+	struct share_slot *me = &m->slot[slot];
+	atomic_store(&me->fwd_port, 0);
+	atomic_store(&me->index_gen, 0);
+	*out = sh;
+	return 0;
+}
+
+void share_close(struct share *sh)
+{
+	if (!sh)
+		return;
+	if (sh->map) {
+		atomic_store(&sh->map->slot[sh->slot].fwd_port, 0);
+		if (atomic_load(&sh->map->hdr.ring_slot) == sh->slot && registry_lock(sh, false)) {
+			atomic_store(&sh->map->hdr.ring_slot, 0);
+			registry_unlock(sh);
+		}
+		if (sh->guard >= 0)
+			shm_unguard_mapping(sh->guard);
+		munmap(sh->map, sizeof(*sh->map));
+	}
+	if (sh->fd >= 0)
+		close(sh->fd);  /* releases the slot's lock */
+	free(sh);
+}
+
+unsigned share_slot(const struct share *sh)
+{
+	return sh->slot;
+}
+
+/* The live slots, ours among them (our own lock conflicts with nobody). */
+static unsigned live_slots(struct share *sh, uint8_t held[SHARE_SLOTS])
+{
+	unsigned n = 0;
+	memset(held, 0, SHARE_SLOTS);
+	scan_held(sh->fd, SHARE_SLOT_FIRST, SHARE_SLOT_LAST, held, &n);
+	if (!held[sh->slot]) {
+		held[sh->slot] = 1;
+		n++;
+	}
+	return n;
+}
+
+/* Builds the steering program from the registry and attaches it to the
+ * group (whichever member attaches last, its program is the group's).
+ * Caller holds the registry lock. */
+static void steer_locked(struct share *sh)
+{
+	struct sock_filter *f = malloc(sizeof(*f) * (16 + 2 * SHARE_SLOTS));
+	uint8_t held[SHARE_SLOTS];
+
+	if (!f)
+		return;
+	unsigned n = 0;
+	uint32_t gen = atomic_load(&sh->map->hdr.gen);
+	uint32_t ring = atomic_load(&sh->map->hdr.ring_slot);
+
+	live_slots(sh, held);
+	/* 0-5: a probe returns the index it carries */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, W_UROC, 0, 7);   /* no: 9 */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, W_EPX, 0, 2);    /* no: 6 */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 8);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_A, 0);
+	/* 6-8: a doorbell goes to the ring listener's owner */
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, W_EDB, 0, 2);    /* no: 9 */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_IMM, ring);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, 3);                       /* 12 */
+	/* 9-11: the slot of the BTH destination QPN (bytes 5-7, §3.1) */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xFFFFFF);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, SHARE_SLOT_SHIFT);
+	/* 12-: slot -> index, for the slots whose index this round found */
+	for (unsigned s = SHARE_SLOT_FIRST; s <= SHARE_SLOT_LAST; s++) {
+		struct share_slot *sl = &sh->map->slot[s];
+		if (!held[s] || atomic_load_explicit(&sl->index_gen, memory_order_acquire) != gen || !gen)
+			continue;
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, s, 0, 1);
+		f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, atomic_load(&sl->index));
+	}
+	/* anything else: past the group, so the kernel picks by hash (and a
+	 * wrong pick is forwarded) */
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);
+	struct sock_fprog prog = { .len = (unsigned short)n, .filter = f };
+	if (setsockopt(sh->rx_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) < 0)
+		LOG_DBG("uroce: SO_ATTACH_REUSEPORT_CBPF: %s", strerror(errno));
+	free(f);
+}
+
+/* A round of probes: one to each index the group can have (one socket per
+ * live slot that has joined), each received by the member at that index,
+ * which records it and attaches a new program. */
+static void probe_round(struct share *sh, bool patient)
+{
+	uint8_t held[SHARE_SLOTS];
+
+	if (!registry_lock(sh, patient))
+		return;
+	unsigned members = 0;
+	live_slots(sh, held);
+	for (unsigned s = SHARE_SLOT_FIRST; s <= SHARE_SLOT_LAST; s++)
+		if (held[s] && atomic_load(&sh->map->slot[s].fwd_port))
+			members++;
+	uint32_t gen = atomic_load(&sh->map->hdr.gen) + 1;
+	if (!gen)
+		gen = 1;
+	atomic_store(&sh->map->hdr.gen, gen);
+	registry_unlock(sh);
+	struct sockaddr_storage to;
+	socklen_t tl;
+	gid_to_sockaddr(sh->gid, ROCE_UDP_PORT, &to, &tl);
+	for (unsigned k = 0; k < members; k++) {
+		struct share_probe p = { .index_be = htonl(k), .gen_be = htonl(gen), .nonce = sh->nonce };
+		memcpy(p.magic, probe_magic, 8);
+		if (sendto(sh->fwd_fd, &p, sizeof(p), MSG_DONTWAIT, (struct sockaddr *)&to, tl) < 0)
+			LOG_DBG("uroce: probe: %s", strerror(errno));
+	}
+}
+
+static void maybe_reprobe(struct share *sh)
+{
+	uint64_t now = now_ns(), after = atomic_load_explicit(&sh->probe_after, memory_order_relaxed);
+	if (now < after ||
+	    !atomic_compare_exchange_strong(&sh->probe_after, &after, now + SHARE_REPROBE_NS))
+		return;
+	probe_round(sh, false);
+}
+
+int share_join(struct share *sh, int rx_fd, int fwd_fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	sh->rx_fd = rx_fd;
+	sh->fwd_fd = fwd_fd;
+	if (getsockname(fwd_fd, (struct sockaddr *)&ss, &sl) < 0)
+		return -errno;
+	uint16_t port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+						: ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	atomic_store(&sh->map->slot[sh->slot].fwd_port, port);
+	/* a program before the first probe: without one the group picks by
+	 * hash, and a probe would reach a member at another index */
+	if (registry_lock(sh, true)) {
+		steer_locked(sh);
+		registry_unlock(sh);
+	}
+	probe_round(sh, true);
+	return 0;
+}
+
+bool share_others(struct share *sh)
+{
+	uint8_t held[SHARE_SLOTS];
+	return live_slots(sh, held) > 1;
+}
+
+void share_ring_owner(struct share *sh)
+{
+	if (!registry_lock(sh, true))
+		return;
+	atomic_store(&sh->map->hdr.ring_slot, sh->slot);
+	steer_locked(sh);
+	registry_unlock(sh);
+}
+
+bool share_gid_shared(const uint8_t gid[16])
+{
+	char name[96];
+	registry_name(gid, name, sizeof(name));
+	int fd = shm_dir_open(name, O_RDONLY);
+	if (fd < 0)
+		return false;
+	/* a fresh open: every holder's lock conflicts with it, ours too */
+	uint8_t held[SHARE_SLOTS] = { 0 };
+	unsigned n = 0;
+	scan_held(fd, SHARE_SLOT_FIRST, SHARE_SLOT_LAST, held, &n);
+	close(fd);
+	return n > 1;
+}
+
+bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len)
+{
+	struct share_probe p;
+	if (len != sizeof(p) || memcmp(buf, probe_magic, 8))
+		return false;
+	memcpy(&p, buf, sizeof(p));
+	if (p.nonce != sh->nonce)
+		return true;  /* not of our registry: dropped */
+	uint32_t gen = ntohl(p.gen_be);
+	if (gen != atomic_load(&sh->map->hdr.gen))
+		return true;  /* an earlier round's */
+	struct share_slot *me = &sh->map->slot[sh->slot];
+	atomic_store(&me->index, ntohl(p.index_be));
+	atomic_store_explicit(&me->index_gen, gen, memory_order_release);
+	if (registry_lock(sh, false)) {
+		steer_locked(sh);
+		registry_unlock(sh);
+	}
+	return true;
+}
+
+bool share_forward(struct share *sh, const struct uroce_rxpkt *pk)
+{
+	unsigned s = share_slot_of((uint32_t)pk->buf[5] << 16 | (uint32_t)pk->buf[6] << 8 | pk->buf[7]);
+	uint32_t port = s <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[s].fwd_port) : 0;
+	bool sent = false;
+
+	if (port && port <= 0xFFFF && slot_held(sh->fd, s)) {
+		struct share_fwd w = { .nonce = sh->nonce, .sport = pk->sport, .tos = pk->tos, .ttl = pk->ttl,
+				       .ip_id_hint = pk->ip_id_hint };
+		memcpy(w.magic, fwd_magic, 8);
+		memcpy(w.sgid, pk->sgid, 16);
+		memcpy(w.dgid, pk->dgid, 16);
+		struct sockaddr_storage to;
+		socklen_t tl;
+		gid_to_sockaddr(sh->gid, (uint16_t)port, &to, &tl);
+		struct iovec iov[2] = { { &w, sizeof(w) }, { pk->buf, pk->len } };
+		struct msghdr h = { .msg_name = &to, .msg_namelen = tl, .msg_iov = iov, .msg_iovlen = 2 };
+		sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == (ssize_t)(sizeof(w) + pk->len);
+	}
+	maybe_reprobe(sh);
+	return sent;
+}
+
+bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk)
+{
+	struct share_fwd w;
+	if (len < sizeof(w) || memcmp(buf, fwd_magic, 8))
+		return false;
+	memcpy(&w, buf, sizeof(w));
+	if (w.nonce != sh->nonce)
+		return false;
+	memcpy(pk->sgid, w.sgid, 16);
+	memcpy(pk->dgid, w.dgid, 16);
+	pk->sport = w.sport;
+	pk->tos = w.tos;
+	pk->ttl = w.ttl;
+	pk->ip_id_hint = w.ip_id_hint;
+	pk->buf = buf + sizeof(w);
+	pk->len = len - (uint32_t)sizeof(w);
+	return true;
+}

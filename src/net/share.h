@@ -1,0 +1,88 @@
+/* One RoCE address shared by the uroce processes of one user (issue #15,
+ * docs/architecture.md "One address, many processes").
+ *
+ * A peer sends every packet to <address>:4791 and names the QP by the BTH
+ * destination QPN (roce-wire.md §3.1); so each process's receive socket
+ * joins one SO_REUSEPORT group on <address>:4791, and a classic-BPF program
+ * attached to the group (SO_ATTACH_REUSEPORT_CBPF) picks the socket from
+ * the destination QPN.  A QPN's high bits are its process's slot (QPN =
+ * slot << SHARE_SLOT_SHIFT | index), claimed in a registry per address: a
+ * file in the user's private rendezvous directory (net/shm.c) whose slot s
+ * is held by an OFD lock on byte 1 + s for the holder's life, released by
+ * the kernel when it exits or crashes.
+ *
+ * The program returns an index into the group, and the kernel reorders the
+ * group when a member leaves (the last one takes the leaver's place); so
+ * each member learns its index by probes (a datagram the program sends to
+ * the index it carries), and a packet that still reaches the wrong process
+ * is forwarded to its owner's private socket, wrapped with what the
+ * receive path needs (addresses, traffic class, hop limit), and sets off a
+ * new round of probes.  Steering is therefore only an optimisation:
+ * whatever the group's order, a packet for a live process's QP reaches it.
+ *
+ * Registry layout: a share_hdr and SHARE_SLOTS share_slot, every field
+ * written by its slot's holder only (the header under the registry lock,
+ * OFD lock on byte 0).  Nothing read from it is trusted beyond bounds: a
+ * process of our user could write anything there, and the worst it can do
+ * is misroute our user's packets, which it could send itself. */
+#ifndef UROCE_NET_SHARE_H
+#define UROCE_NET_SHARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "../util/limits.h"
+
+#define SHARE_SLOT_SHIFT 14                     /* the QPN index bits: UROCE_MAX_QP */
+#define SHARE_SLOTS (1u << (24 - SHARE_SLOT_SHIFT))
+/* Slot 0 holds QP0 and QP1 (GSI: the CM's, issue #15 item 3) and the last
+ * slot the multicast QPN 0xFFFFFF: no process's. */
+#define SHARE_SLOT_FIRST 1u
+#define SHARE_SLOT_LAST (SHARE_SLOTS - 2)
+
+_Static_assert(UROCE_MAX_QP == 1u << SHARE_SLOT_SHIFT, "a QPN is slot << SHARE_SLOT_SHIFT | QP table index");
+
+/* The wrapper a forwarded packet travels in (to the owner's forward
+ * socket): the packet as the first receiver saw it. */
+#define SHARE_FWD_HDR 56
+
+struct share;
+struct uroce_rxpkt;
+
+static inline unsigned share_slot_of(uint32_t qpn)
+{
+	return (qpn & 0xFFFFFF) >> SHARE_SLOT_SHIFT;
+}
+
+/* Claims slot `slot` of gid's registry (made if absent): 0, -EBUSY when a
+ * live process holds it, another -errno when there is no registry (no
+ * private rendezvous directory): the address is then not shared. */
+int share_open(const uint8_t gid[16], unsigned slot, struct share **out);
+/* Releases the slot (and the program, which the group keeps until another
+ * member replaces it). */
+void share_close(struct share *sh);
+/* After the receive socket rx_fd joined the group and the forward socket
+ * fwd_fd is bound: records the forward port, attaches a program and sends
+ * a round of probes. */
+int share_join(struct share *sh, int rx_fd, int fwd_fd);
+/* Whether other live processes hold slots of this registry now. */
+bool share_others(struct share *sh);
+/* This process owns gid's same-host ring listener: doorbells go to it. */
+void share_ring_owner(struct share *sh);
+/* Whether another process than this one shares gid's address now (the
+ * rings then stay off for it: net/ring.c); false when it has no registry. */
+bool share_gid_shared(const uint8_t gid[16]);
+
+/* Receive side, for packets that came on the shared socket.  A probe (its
+ * bytes, len): true when it was one (consumed). */
+bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len);
+/* A packet for another slot than ours: forwards it to its owner (true), or
+ * false when nobody holds that slot (the caller drops and counts it).
+ * Either way a new round of probes follows, at most every
+ * SHARE_REPROBE_NS. */
+bool share_forward(struct share *sh, const struct uroce_rxpkt *pk);
+/* A datagram that came on the forward socket: fills pk (the wrapped packet
+ * in place); false when it is no forward of our registry's. */
+bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk);
+unsigned share_slot(const struct share *sh);
+
+#endif
