@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sys/types.h>
 
 #define SHARE_MAGIC 0x31676572656f7275ull   /* "uroereg1" */
 /* A new round of probes after a misdelivery at most this often: a dead
@@ -44,7 +45,9 @@ struct share_hdr {
 	uint64_t nonce;                      /* probes and forwards carry it */
 	_Atomic uint32_t gen;                /* the probe round */
 	_Atomic uint32_t ring_slot;          /* the ring listener's owner (0: none) */
-	uint8_t pad[40];
+	_Atomic uint64_t round_ns;           /* when the last round began (CLOCK_MONOTONIC) */
+	_Atomic uint32_t steer_seq;          /* bumped by each index recorded */
+	uint8_t pad[28];
 };
 
 struct share_slot {
@@ -67,7 +70,9 @@ struct share {
 	int rx_fd, fwd_fd;                   /* udp.c's */
 	uint8_t gid[16];
 	uint64_t nonce;
-	_Atomic uint64_t probe_after;        /* no new round before */
+	pid_t opener;                        /* a forked child's close leaves the registry alone */
+	atomic_bool steer_due;               /* an index changed while the lock was busy */
+	atomic_bool told_attach, told_foreign;
 };
 
 /* A probe: "uroce-px", the index it goes to, the round, the nonce. */
@@ -125,6 +130,33 @@ static void registry_unlock(struct share *sh)
 	lock_byte(sh->fd, 0, F_UNLCK, false);
 }
 
+static void steer_locked(struct share *sh);
+
+/* A new program from the registry.  An index recorded meanwhile by a
+ * member that found the lock busy is seen by steer_seq and built again; a
+ * lock still busy leaves it to the next receive call (steer_due). */
+static void steer(struct share *sh, bool patient)
+{
+	for (int k = 0; k < 4; k++) {
+		if (!registry_lock(sh, patient))
+			break;
+		uint32_t seen = atomic_load(&sh->map->hdr.steer_seq);
+		steer_locked(sh);
+		registry_unlock(sh);
+		if (atomic_load(&sh->map->hdr.steer_seq) == seen) {
+			atomic_store(&sh->steer_due, false);
+			return;
+		}
+	}
+	atomic_store(&sh->steer_due, true);
+}
+
+void share_rx_tick(struct share *sh)
+{
+	if (atomic_load_explicit(&sh->steer_due, memory_order_relaxed))
+		steer(sh, false);
+}
+
 /* Slots in [lo, hi] held by another open of the registry than fd's:
  * F_OFD_GETLK reports one conflicting lock at a time, not necessarily the
  * lowest, so the range is split around each. */
@@ -157,43 +189,41 @@ static bool slot_held(int fd, unsigned s)
 	return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
+static int reg_openat(int dfd, const char *name, int flags)
+{
+	int fd = openat(dfd, name, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
 /* Opens gid's registry, making it (initialised, then renamed into place,
  * so nobody sees it half made) when absent. */
 static int registry_open(const uint8_t gid[16])
 {
 	char name[96], tmp[128];
+	int dfd = shm_registry_dir();
+
+	if (dfd < 0)
+		return dfd;
 	registry_name(gid, name, sizeof(name));
 	for (int attempt = 0; attempt < 4; attempt++) {
-		int fd = shm_dir_open(name, O_RDWR);
+		int fd = reg_openat(dfd, name, O_RDWR);
 		if (fd != -ENOENT)
 			return fd;
 		uint64_t nonce;
 		if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
 			return -EIO;
 		snprintf(tmp, sizeof(tmp), "%s.new.%d.%llx", name, (int)getpid(), (unsigned long long)nonce);
-		fd = shm_dir_open(tmp, O_RDWR | O_CREAT | O_EXCL);
+		fd = reg_openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL);
 		if (fd < 0)
 			return fd;
 		struct share_hdr h = { .nonce = nonce };
 		atomic_init(&h.magic, SHARE_MAGIC);
-		if (ftruncate(fd, sizeof(struct share_map)) < 0 || pwrite(fd, &h, sizeof(h), 0) != sizeof(h)) {
-			int e = -errno;
-			close(fd);
-			return e;
-		}
-		close(fd);
-		/* renameat2 through the directory's fd: shm_dir_open checked it */
-		char from[160], to[160];
-		int dfd = shm_dir_open(".", O_PATH | O_DIRECTORY);
-		if (dfd < 0)
-			return dfd;
-		snprintf(from, sizeof(from), "%s", tmp);
-		snprintf(to, sizeof(to), "%s", name);
-		int rc = renameat2(dfd, from, dfd, to, RENAME_NOREPLACE);
+		int rc = ftruncate(fd, sizeof(struct share_map)) == 0 && pwrite(fd, &h, sizeof(h), 0) == sizeof(h) ?
+			 renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) : -1;
 		int e = errno;
+		close(fd);
 		if (rc < 0)
-			unlinkat(dfd, from, 0);
-		close(dfd);
+			unlinkat(dfd, tmp, 0);
 		if (rc < 0 && e != EEXIST)
 			return -e;
 		/* made, or another process made it first: open what is there */
@@ -214,8 +244,9 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 		return -EIO;
 	}
 	if (lock_byte(fd, 1 + (off_t)slot, F_WRLCK, false) < 0) {
+		int e = errno;
 		close(fd);
-		return -EBUSY;
+		return e == EAGAIN || e == EACCES ? -EBUSY : -e;
 	}
 	struct share_map *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED) {
@@ -239,6 +270,7 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 	}
 	sh->rx_fd = sh->fwd_fd = -1;
 	sh->nonce = m->hdr.nonce;
+	sh->opener = getpid();
 	memcpy(sh->gid, gid, 16);
 	struct share_slot *me = &m->slot[slot];
 	atomic_store(&me->fwd_port, 0);
@@ -251,12 +283,15 @@ void share_close(struct share *sh)
 {
 	if (!sh)
 		return;
-	if (sh->map) {
+	/* a forked child closing its copy: the slot stays its parent's */
+	if (sh->map && sh->opener == getpid()) {
 		atomic_store(&sh->map->slot[sh->slot].fwd_port, 0);
 		if (atomic_load(&sh->map->hdr.ring_slot) == sh->slot && registry_lock(sh, false)) {
 			atomic_store(&sh->map->hdr.ring_slot, 0);
 			registry_unlock(sh);
 		}
+	}
+	if (sh->map) {
 		if (sh->guard >= 0)
 			shm_unguard_mapping(sh->guard);
 		munmap(sh->map, sizeof(*sh->map));
@@ -295,7 +330,6 @@ static void steer_locked(struct share *sh)
 	if (!f)
 		return;
 	unsigned n = 0;
-	uint32_t gen = atomic_load(&sh->map->hdr.gen);
 	uint32_t ring = atomic_load(&sh->map->hdr.ring_slot);
 
 	live_slots(sh, held);
@@ -317,7 +351,10 @@ static void steer_locked(struct share *sh)
 	/* 12-: slot -> index, for the slots whose index this round found */
 	for (unsigned s = SHARE_SLOT_FIRST; s <= SHARE_SLOT_LAST; s++) {
 		struct share_slot *sl = &sh->map->slot[s];
-		if (!held[s] || atomic_load_explicit(&sl->index_gen, memory_order_acquire) != gen || !gen)
+		/* the last index it learnt, of this round or an earlier one:
+		 * a stale one sends its packets elsewhere, to be forwarded,
+		 * as the hash would */
+		if (!held[s] || !atomic_load_explicit(&sl->index_gen, memory_order_acquire))
 			continue;
 		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, s, 0, 1);
 		f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, atomic_load(&sl->index));
@@ -326,8 +363,10 @@ static void steer_locked(struct share *sh)
 	 * wrong pick is forwarded) */
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);
 	struct sock_fprog prog = { .len = (unsigned short)n, .filter = f };
-	if (setsockopt(sh->rx_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) < 0)
-		LOG_DBG("uroce: SO_ATTACH_REUSEPORT_CBPF: %s", strerror(errno));
+	if (setsockopt(sh->rx_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) < 0 &&
+	    !atomic_exchange(&sh->told_attach, true))
+		LOG_INFO("uroce: steering program of a shared address refused (%s): its packets are picked by hash "
+			 "and forwarded", strerror(errno));
 	free(f);
 }
 
@@ -340,6 +379,14 @@ static void probe_round(struct share *sh, bool patient)
 
 	if (!registry_lock(sh, patient))
 		return;
+	uint64_t now = now_ns(), last = atomic_load(&sh->map->hdr.round_ns);
+	/* one round per SHARE_REPROBE_NS for the whole address, however many
+	 * members saw a misdelivery (a join always begins one) */
+	if (!patient && now - last < SHARE_REPROBE_NS) {
+		registry_unlock(sh);
+		return;
+	}
+	atomic_store(&sh->map->hdr.round_ns, now);
 	unsigned members = 0;
 	live_slots(sh, held);
 	for (unsigned s = SHARE_SLOT_FIRST; s <= SHARE_SLOT_LAST; s++)
@@ -363,10 +410,9 @@ static void probe_round(struct share *sh, bool patient)
 
 static void maybe_reprobe(struct share *sh)
 {
-	uint64_t now = now_ns(), after = atomic_load_explicit(&sh->probe_after, memory_order_relaxed);
-	if (now < after ||
-	    !atomic_compare_exchange_strong(&sh->probe_after, &after, now + SHARE_REPROBE_NS))
-		return;
+	uint64_t now = now_ns();
+	if (now - atomic_load_explicit(&sh->map->hdr.round_ns, memory_order_relaxed) < SHARE_REPROBE_NS)
+		return;  /* cheap: no lock */
 	probe_round(sh, false);
 }
 
@@ -384,10 +430,7 @@ int share_join(struct share *sh, int rx_fd, int fwd_fd)
 	atomic_store(&sh->map->slot[sh->slot].fwd_port, port);
 	/* a program before the first probe: without one the group picks by
 	 * hash, and a probe would reach a member at another index */
-	if (registry_lock(sh, true)) {
-		steer_locked(sh);
-		registry_unlock(sh);
-	}
+	steer(sh, true);
 	probe_round(sh, true);
 	return 0;
 }
@@ -403,15 +446,17 @@ void share_ring_owner(struct share *sh)
 	if (!registry_lock(sh, true))
 		return;
 	atomic_store(&sh->map->hdr.ring_slot, sh->slot);
-	steer_locked(sh);
+	atomic_fetch_add(&sh->map->hdr.steer_seq, 1);
 	registry_unlock(sh);
+	steer(sh, true);
 }
 
 bool share_gid_shared(const uint8_t gid[16])
 {
 	char name[96];
 	registry_name(gid, name, sizeof(name));
-	int fd = shm_dir_open(name, O_RDONLY);
+	int dfd = shm_registry_dir();
+	int fd = dfd < 0 ? -1 : reg_openat(dfd, name, O_RDONLY);
 	if (fd < 0)
 		return false;
 	/* a fresh open: every holder's lock conflicts with it, ours too */
@@ -428,28 +473,41 @@ bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len)
 	if (len != sizeof(p) || memcmp(buf, probe_magic, 8))
 		return false;
 	memcpy(&p, buf, sizeof(p));
-	if (p.nonce != sh->nonce)
-		return true;  /* not of our registry: dropped */
+	if (p.nonce != sh->nonce) {
+		/* not of our registry: a process of our uid that sees another
+		 * one (another mount namespace, docs/architecture.md) is in
+		 * the group, and their packets cannot find each other */
+		if (!atomic_exchange(&sh->told_foreign, true))
+			LOG_ERR("uroce: a process of another address registry shares this address (another mount "
+				"namespace?): packets between the two sets of processes are dropped");
+		return true;
+	}
 	uint32_t gen = ntohl(p.gen_be);
 	if (gen != atomic_load(&sh->map->hdr.gen))
 		return true;  /* an earlier round's */
 	struct share_slot *me = &sh->map->slot[sh->slot];
 	atomic_store(&me->index, ntohl(p.index_be));
 	atomic_store_explicit(&me->index_gen, gen, memory_order_release);
-	if (registry_lock(sh, false)) {
-		steer_locked(sh);
-		registry_unlock(sh);
-	}
+	atomic_fetch_add(&sh->map->hdr.steer_seq, 1);
+	steer(sh, false);
 	return true;
 }
 
-bool share_forward(struct share *sh, const struct uroce_rxpkt *pk)
+static void fwd_to(struct share *sh, uint32_t port, struct sockaddr_storage *to, socklen_t *tl)
+{
+	gid_to_sockaddr(sh->gid, (uint16_t)port, to, tl);
+}
+
+int share_forward(struct share *sh, const struct uroce_rxpkt *pk)
 {
 	unsigned s = share_slot_of((uint32_t)pk->buf[5] << 16 | (uint32_t)pk->buf[6] << 8 | pk->buf[7]);
 	uint32_t port = s <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[s].fwd_port) : 0;
-	bool sent = false;
 
-	if (port && port <= 0xFFFF && slot_held(sh->fd, s)) {
+	/* nobody's slot: a dead member's peers retransmitting, or a stray
+	 * QPN -- no round of probes for that, steering is not at fault */
+	if (!port || port > 0xFFFF || !slot_held(sh->fd, s))
+		return 0;
+	{
 		struct share_fwd w = { .nonce = sh->nonce, .sport = pk->sport, .tos = pk->tos, .ttl = pk->ttl,
 				       .ip_id_hint = pk->ip_id_hint };
 		memcpy(w.magic, fwd_magic, 8);
@@ -457,13 +515,29 @@ bool share_forward(struct share *sh, const struct uroce_rxpkt *pk)
 		memcpy(w.dgid, pk->dgid, 16);
 		struct sockaddr_storage to;
 		socklen_t tl;
-		gid_to_sockaddr(sh->gid, (uint16_t)port, &to, &tl);
+		fwd_to(sh, port, &to, &tl);
 		struct iovec iov[2] = { { &w, sizeof(w) }, { pk->buf, pk->len } };
 		struct msghdr h = { .msg_name = &to, .msg_namelen = tl, .msg_iov = iov, .msg_iovlen = 2 };
-		sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == (ssize_t)(sizeof(w) + pk->len);
+		bool sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == (ssize_t)(sizeof(w) + pk->len);
+		maybe_reprobe(sh);
+		return sent ? 1 : -1;
 	}
+}
+
+void share_doorbell(struct share *sh, const uint8_t *buf, uint32_t len)
+{
+	unsigned ring = atomic_load(&sh->map->hdr.ring_slot);
+	uint32_t port = ring && ring <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[ring].fwd_port) : 0;
+
+	if (ring == sh->slot || !port || port > 0xFFFF || !slot_held(sh->fd, ring))
+		return;
+	/* the ring owner's: its engine may sleep with nothing else to wake it */
+	struct sockaddr_storage to;
+	socklen_t tl;
+	fwd_to(sh, port, &to, &tl);
+	if (sendto(sh->fwd_fd, buf, len, MSG_DONTWAIT, (struct sockaddr *)&to, tl) < 0)
+		LOG_DBG("uroce: doorbell forward: %s", strerror(errno));
 	maybe_reprobe(sh);
-	return sent;
 }
 
 bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk)

@@ -75,11 +75,16 @@ bool share_gid_shared(const uint8_t gid[16]);
 /* Receive side, for packets that came on the shared socket.  A probe (its
  * bytes, len): true when it was one (consumed). */
 bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len);
-/* A packet for another slot than ours: forwards it to its owner (true), or
- * false when nobody holds that slot (the caller drops and counts it).
- * Either way a new round of probes follows, at most every
- * SHARE_REPROBE_NS. */
-bool share_forward(struct share *sh, const struct uroce_rxpkt *pk);
+/* A packet for another slot than ours: forwards it to its owner (1), or
+ * 0 when nobody holds that slot, -1 when the send failed (the caller
+ * drops and counts it).  A forward starts a new round of probes, at most
+ * one per SHARE_REPROBE_NS for the address. */
+int share_forward(struct share *sh, const struct uroce_rxpkt *pk);
+/* A doorbell that came to this process: passed on to the ring
+ * listener's owner when that is another process. */
+void share_doorbell(struct share *sh, const uint8_t *buf, uint32_t len);
+/* Each receive call: a program update left for later (lock busy). */
+void share_rx_tick(struct share *sh);
 /* A datagram that came on the forward socket: fills pk (the wrapped packet
  * in place); false when it is no forward of our registry's. */
 bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk);

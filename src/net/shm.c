@@ -621,13 +621,45 @@ bool shm_dir_refused(void)
 	return !shm_dir_ok;
 }
 
-int shm_dir_open(const char *name, int flags)
+/* The address registries' directory (net/share.c): /run/uroce for root,
+ * /dev/shm/uroce-<uid> for anyone else, whatever XDG_RUNTIME_DIR says.
+ * The kernel puts the receive sockets of one effective uid and network
+ * namespace in one group, so every process of that uid must find the same
+ * registry: one started by cron, `sudo -u` or `env -i` has another
+ * XDG_RUNTIME_DIR, or none (review of issue #15: the second registry's
+ * packets were dropped as unowned). */
+static int reg_dirfd = -1;
+static dev_t reg_dir_dev;
+static ino_t reg_dir_ino;
+static pthread_once_t reg_dir_once = PTHREAD_ONCE_INIT;
+
+static void reg_dir_init(void)
+{
+	char path[64];
+	uid_t me = geteuid();
+	struct stat st;
+
+	if (me == 0)
+		snprintf(path, sizeof(path), "/run/uroce");
+	else
+		snprintf(path, sizeof(path), "/dev/shm/uroce-%u", (unsigned)me);
+	reg_dirfd = dir_private_fd(AT_FDCWD, path, true);
+	if (reg_dirfd >= 0 && fstat(reg_dirfd, &st) == 0) {
+		reg_dir_dev = st.st_dev;
+		reg_dir_ino = st.st_ino;
+	} else if (reg_dirfd >= 0) {
+		close(reg_dirfd);
+		reg_dirfd = -1;
+	}
+}
+
+int shm_registry_dir(void)
 {
 	struct stat st;
-	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
+	pthread_once(&reg_dir_once, reg_dir_init);
+	if (reg_dirfd < 0 || fstat(reg_dirfd, &st) < 0 || st.st_dev != reg_dir_dev || st.st_ino != reg_dir_ino)
 		return -EACCES;
-	int fd = openat(shm_dirfd, name, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
-	return fd < 0 ? -errno : fd;
+	return reg_dirfd;
 }
 
 unsigned long shm_netns_id(void)

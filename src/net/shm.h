@@ -31,10 +31,10 @@ struct shm_tx;
 /* Receiver side: the region of one receive address; NULL when there is
  * none (no memfd, no socket, UROCE_SHM=0). */
 struct shm_rx *shm_rx_open(const uint8_t gid[16]);
-/* A file of the rendezvous directory (openat through its checked fd, mode
- * 0600, O_NOFOLLOW): the fd or -errno (-EACCES: no private directory).
- * The address registries live there too (net/share.c). */
-int shm_dir_open(const char *name, int flags);
+/* The directory of the address registries (net/share.c), private to our
+ * uid and the same for all its processes: its fd (O_PATH, checked; not
+ * ours to close) or -EACCES. */
+int shm_registry_dir(void);
 /* The network namespace's inode number: names are per namespace. */
 unsigned long shm_netns_id(void);
 void shm_rx_close(struct shm_rx *rx);

@@ -402,9 +402,11 @@ static void udp_close(struct uroce_backend *be)
 
 	if (!p)
 		return;
+	/* the slot first: a round of probes meanwhile would count a member
+	 * whose socket has gone */
+	share_release(be->net);
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
-	share_release(be->net);
 	for (int g = 0; g < UROCE_MAX_GIDS; g++)
 		for (int i = 0; i <= UDP_TX_POOL; i++)
 			if (p->tx[g][i].fd >= 0)
@@ -654,6 +656,8 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 		/* a shared address's registry: a packet for another process's
 		 * QP is forwarded, one that came forwarded is unwrapped */
 		struct share *sh = p->nrx > 0 ? be->net->share[p->rx_gid[fi]] : NULL;
+		if (sh && !p->rx_fwd[fi])
+			share_rx_tick(sh);
 		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
 		int want = (max - got) / UROCE_GRO_MAX_SEGS;
 		if (want > UROCE_RX_BUFS - used)
@@ -677,6 +681,8 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 			else if (len == sizeof(doorbell_bytes) && !memcmp(buf, doorbell_bytes, len)) {
 				/* a same-host peer's doorbell: it woke the engine */
 				UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
+				if (sh && !p->rx_fwd[fi])
+					share_doorbell(sh, buf, len);
 				rx_hdr_reset(p, i);
 				continue;
 			} else if (sh && p->rx_fwd[fi]) {
@@ -710,8 +716,9 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 					if (slot != be->net->qpn_slot && slot >= SHARE_SLOT_FIRST && slot <= SHARE_SLOT_LAST) {
 						/* the group's order changed, or a
 						 * member has not learnt its index yet */
-						UROCE_COUNT(p->stats, share_forward(sh, pk) ? UC_share_forwarded
-											   : UC_share_unowned, 1);
+						int f = share_forward(sh, pk);
+						UROCE_COUNT(p->stats, f > 0 ? UC_share_forwarded : f == 0 ? UC_share_unowned
+											      : UC_share_forward_failed, 1);
 						got--;
 					}
 				}

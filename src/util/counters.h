@@ -65,6 +65,7 @@
 	X(share_forwarded, "packets for another process's QP on a shared address, forwarded to it (net/share.c)") \
 	X(share_forwarded_rx, "packets that another process of a shared address forwarded here") \
 	X(share_unowned, "packets dropped: for a QP slot of a shared address that no live process holds") \
+	X(share_forward_failed, "packets dropped: the forward to their process could not be sent (its socket buffer full)") \
 	X(share_probes_rx, "probes received that told this process its place in a shared address's group") \
 	X(share_bad, "datagrams on a shared address's forward socket that were no forward of its registry")
 
