@@ -283,6 +283,7 @@ static int recv_backends(struct uroce_net *net, struct uroce_rxpkt *pkts, int ma
 	}
 	if (due)
 		atomic_store_explicit(&net->rx_sockets_due, false, memory_order_relaxed);
+	net->rx_sockets_woke = due;
 	int r = net->wire.ops->recv(&net->wire, pkts + got, max - got, &more, &busy);
 	net->rx_more = more;
 	if (r < 0)

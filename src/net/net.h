@@ -154,6 +154,9 @@ struct uroce_net {
 	/* the engine woke for its sockets: the next recv reads them, even
 	 * when same-host rings let it read them only every few calls */
 	atomic_bool rx_sockets_due;
+	/* it was set for this receive call (the backend may read what it
+	 * reads only now and then: udp.c's forward sockets); under rx_lock */
+	bool rx_sockets_woke;
 	/* a backend stopped watching a serve fd (a connection could not be
 	 * accepted: ring.c): the engine's sleeps end after SERVE_STALLED_NS
 	 * and serve again (exec/engine.c), or an idle device never would */

@@ -96,6 +96,7 @@ struct udp_txsock {
 /* Receive sockets: one per GID, then, for each GID whose address is
  * shared (share.h), its forward socket. */
 #define UDP_RX_FDS (2 * UROCE_MAX_GIDS)
+#define FWD_EVERY 16
 
 struct udp_priv {
 	int rx_fd[UDP_RX_FDS];
@@ -107,6 +108,13 @@ struct udp_priv {
 	struct uroce_config *cfg;
 	int nrx;
 	unsigned rr;
+	/* Forward sockets are read when a look found them readable
+	 * (rx_ready), the engine woke for the sockets, or every
+	 * FWD_EVERY-th call: an empty receive call on them in every poll was
+	 * a system call per look, ~1.5 us on ib_write_lat's round trip
+	 * between two processes with an address of their own. */
+	atomic_bool fwd_due;
+	unsigned fwd_calls;
 	uint8_t *bufs;                       /* UROCE_RX_BUFS buffers of UROCE_RX_BUFSZ */
 	struct mmsghdr mm[UROCE_RX_BUFS];
 	struct iovec iov[UROCE_RX_BUFS];
@@ -649,10 +657,15 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	int got = 0, used = 0, k;
 
 	(void)busy; /* a socket's packets wake the engine's epoll */
+	bool fwd_read = p->nrx > p->cfg->ngids &&
+			(atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) || be->net->rx_sockets_woke ||
+			 ++p->fwd_calls % FWD_EVERY == 0);
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
 	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
 		int fi = (int)((p->rr + (unsigned)k) % (unsigned)p->nrx), fd = p->rx_fd[fi];
+		if (p->rx_fwd[fi] && !fwd_read)
+			continue;
 		/* a shared address's registry: a packet for another process's
 		 * QP is forwarded, one that came forwarded is unwrapped */
 		struct share *sh = p->nrx > 0 ? be->net->share[p->rx_gid[fi]] : NULL;
@@ -744,7 +757,11 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	(void)busy;
 	for (int i = 0; i < p->nrx; i++)
 		pfd[i] = (struct pollfd){ .fd = p->rx_fd[i], .events = POLLIN };
-	return syscall(SYS_ppoll, pfd, (unsigned long)p->nrx, &zero, NULL, 8ul) != 0;  /* 8: the kernel's sigset; an error: let recv find out */
+	long n = syscall(SYS_ppoll, pfd, (unsigned long)p->nrx, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
+	for (int i = p->cfg->ngids; n > 0 && i < p->nrx; i++)
+		if (pfd[i].revents)
+			atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);
+	return n != 0;
 }
 
 static int udp_add_fds(struct uroce_backend *be, int epfd)
