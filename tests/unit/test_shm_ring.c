@@ -584,8 +584,12 @@ static void test_no_fds_to_owner(void)
 	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	CHECK(shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	int passed = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int passed = open("/dev/null", O_RDONLY | O_CLOEXEC), s = -1;
+	ssize_t n = 0;
+	/* EPIPE: the owner served and closed this connection before the
+	 * message went (1-2 runs in 100 under ASan): inconclusive, again */
+	for (int attempt = 0; attempt < 8; attempt++) {
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	CHECK(s >= 0 && passed >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connected to it");
 	char d = 'x';
 	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
@@ -598,9 +602,15 @@ static void test_no_fds_to_owner(void)
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &passed, sizeof(int));
 	errno = 0;
-	ssize_t n = sendmsg(s, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	CHECK(n < 0 && errno == EPERM, "an fd sent to the owner is refused (sendmsg %zd, %s)", n, strerror(errno));
+	n = sendmsg(s, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (!(n < 0 && errno == EPIPE))
+		break;
 	close(s);
+	s = -1;
+	}
+	CHECK(n < 0 && errno == EPERM, "an fd sent to the owner is refused (sendmsg %zd, %s)", n, strerror(errno));
+	if (s >= 0)
+		close(s);
 	close(passed);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
@@ -923,7 +933,11 @@ static void test_lingering_fds_from_owner(void)
 	for (int how = 0; how < 3; how++) {
 		for (int attempt = 0;; attempt++) {
 			uint8_t gid[16];
-			test_gid(gid, (uint8_t)(50 + how));
+			/* an address of each attempt's own: a retry at the same
+			 * one found the earlier attempt's ask still cached and
+			 * never connected, so the owner waited in accept and
+			 * this test for its status, past ctest's 60 s (CI, ASan) */
+			test_gid(gid, (uint8_t)(200 + 3 * attempt + how));
 			int peer, sock = lingering_tcp(&peer), p[2];
 			char c = 0, sent = 0;
 			CHECK(sock >= 0, "a lingering TCP socket");
@@ -938,7 +952,10 @@ static void test_lingering_fds_from_owner(void)
 			double t0 = now_s();
 			struct shm_tx *tx = attach(gid);
 			double took = now_s() - t0;
-			if (read(p[0], &sent, 1) != 1)
+			/* bounded all the same: no status means no connection,
+			 * an inconclusive attempt */
+			struct pollfd pf = { .fd = p[0], .events = POLLIN };
+			if (poll(&pf, 1, 20000) != 1 || read(p[0], &sent, 1) != 1)
 				sent = 0;
 			shm_tx_detach(tx);
 			/* the socket is gone when the owner is: ours is then its last */
@@ -946,12 +963,12 @@ static void test_lingering_fds_from_owner(void)
 			waitpid(child, NULL, 0);
 			close(p[0]);
 			close(p[1]);
-			if (sent != 'S' && attempt < 3) {
+			if (sent != 'S' && attempt < 7) {
 				close(peer);
 				printf("# %s: the owner answered after the producer gave up; again\n", what[how]);
 				continue;
 			}
-			CHECK(sent == 'S', "%s: the owner answered in time (3 attempts)", what[how]);
+			CHECK(sent == 'S', "%s: the owner answered in time (8 attempts)", what[how]);
 			CHECK(!tx, "%s: refused", what[how]);
 			CHECK(reset_seen(peer), "%s: the lingering socket was reset, not held (attach took %.3f s)", what[how], took);
 			CHECK(shm_test_foreign_closes() > by_thread, "%s: closed by a thread of its own", what[how]);
