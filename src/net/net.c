@@ -31,6 +31,7 @@ struct uroce_flow {
 	struct uroce_backend_flow *wire;  /* always */
 	struct uroce_backend_flow *ring;  /* NULL: the flow goes by the wire */
 	uint8_t peer[16];                 /* the GID the ring reaches */
+	unsigned peer_slot;               /* and its owner's QPN slot: the doorbell names it */
 	uint16_t sport;                   /* what its packets carry (net_flow_sport) */
 };
 
@@ -115,13 +116,13 @@ void net_destroy(struct uroce_net *net)
 }
 
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
-				 const uint8_t *peer)
+				 const uint8_t *peer, uint32_t peer_qpn)
 {
 	struct uroce_flow *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return NULL;
-	f->wire = net->wire.ops->flow_open(&net->wire, sgid, sport, peer);
+	f->wire = net->wire.ops->flow_open(&net->wire, sgid, sport, peer, peer_qpn);
 	if (!f->wire) {
 		int e = errno;
 		free(f);
@@ -130,17 +131,19 @@ struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], 
 	}
 	f->sport = net->wire.ops->flow_sport ? net->wire.ops->flow_sport(f->wire) : sport;
 	if (peer && net->ring.ops) {
-		f->ring = net->ring.ops->flow_open(&net->ring, sgid, f->sport, peer);
-		if (f->ring)
+		f->ring = net->ring.ops->flow_open(&net->ring, sgid, f->sport, peer, peer_qpn);
+		if (f->ring) {
 			memcpy(f->peer, peer, 16);
+			f->peer_slot = share_slot_of(peer_qpn);
+		}
 	}
 	return f;
 }
 
-void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16])
+void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16], uint32_t peer_qpn)
 {
 	if (net->ring.ops && net->ring.ops->flow_prepare)
-		net->ring.ops->flow_prepare(&net->ring, peer);
+		net->ring.ops->flow_prepare(&net->ring, peer, peer_qpn);
 }
 
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)
@@ -190,7 +193,7 @@ static void ring_doorbell(struct uroce_net *net, struct uroce_flow *flow, const 
 {
 	const struct uroce_net_ops *w = net->wire.ops;
 
-	if (w->doorbell && w->doorbell(flow->wire, dgid) == 0)
+	if (w->doorbell && w->doorbell(flow->wire, dgid, flow->peer_slot) == 0)
 		UROCE_COUNT(net->stats, UC_shm_doorbells_tx, 1);
 	else
 		UROCE_COUNT(net->stats, UC_tx_errors, 1);

@@ -75,15 +75,16 @@ struct uroce_net_ops {
 	int (*open)(struct uroce_backend *be);
 	void (*close)(struct uroce_backend *be);
 	/* A transmit flow: source GID and UDP source port of one QP; `peer`
-	 * is the destination of a connected QP (NULL for UD).  NULL with
-	 * errno when this backend cannot carry it (the rings: peer has no
-	 * live region in this namespace, or no ring is free). */
+	 * and `peer_qpn` are the destination of a connected QP (NULL for UD).
+	 * NULL with errno when this backend cannot carry it (the rings: the
+	 * peer QP's process has no live region in this namespace, or no ring
+	 * is free). */
 	struct uroce_backend_flow *(*flow_open)(struct uroce_backend *be, const uint8_t sgid[16],
-						uint16_t sport, const uint8_t *peer);
+						uint16_t sport, const uint8_t *peer, uint32_t peer_qpn);
 	void (*flow_close)(struct uroce_backend_flow *flow);
 	/* Optional: what flow_open to peer will need, found out now, without
 	 * the caller's locks (the rings: the peer's region, shm_tx_prepare). */
-	void (*flow_prepare)(struct uroce_backend *be, const uint8_t peer[16]);
+	void (*flow_prepare)(struct uroce_backend *be, const uint8_t peer[16], uint32_t peer_qpn);
 	/* Optional: the UDP source port the flow's packets carry, which the
 	 * ICRC covers (UDP: its pool socket's port, not always the one asked
 	 * for); NULL: the one asked for. */
@@ -101,7 +102,7 @@ struct uroce_net_ops {
 	/* Optional: sends a doorbell from this flow to dgid, which wakes the
 	 * engine sleeping there and is not taken for a packet (UDP: an
 	 * 8-byte datagram to its port 4791).  0 or -errno. */
-	int (*doorbell)(struct uroce_backend_flow *flow, const uint8_t dgid[16]);
+	int (*doorbell)(struct uroce_backend_flow *flow, const uint8_t dgid[16], unsigned slot);
 	/* Non-blocking: up to max packets (none when max <= 0), 0 when none
 	 * is waiting.  Sets *more when packets are left waiting (a full
 	 * batch, a socket or ring not read); sets *busy when packets may
@@ -195,10 +196,10 @@ void net_destroy(struct uroce_net *net);
  * route.  Path MTUs are checked against it at RTR (obj/qp.c). */
 int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16]);
 struct uroce_flow *net_flow_open(struct uroce_net *net, const uint8_t sgid[16], uint16_t sport,
-				 const uint8_t *peer);
+				 const uint8_t *peer, uint32_t peer_qpn);
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow);
 /* Before net_flow_open to peer, with no lock held (flow_prepare). */
-void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16]);
+void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16], uint32_t peer_qpn);
 /* The UDP source port the flow's packets carry, which may differ from the
  * one asked for (a shared socket's, udp.c): the QP computes its ICRC with
  * it, and net_send sends from it. */

@@ -47,19 +47,11 @@ static int ring_open(struct uroce_backend *be)
 	if (!p)
 		return -ENOMEM;
 	p->stats = be->net->stats;
-	for (int i = 0; i < cfg->ngids; i++) {
-		/* An address other processes share already: the region's
-		 * rendezvous is named after the address alone, so it stays
-		 * the first process's and this one takes UDP (share.h; a
-		 * region per process is the next step, docs/architecture.md) */
-		struct share *sh = be->net->share[i];
-		if (sh && share_others(sh))
-			continue;
-		if (!(p->rx[i] = shm_rx_open(cfg->gids[i])) && !shm_dir_refused())
+	/* one region per address, named by it and this device's QPN slot:
+	 * processes sharing an address (share.h) have one each */
+	for (int i = 0; i < cfg->ngids; i++)
+		if (!(p->rx[i] = shm_rx_open(cfg->gids[i], be->net->qpn_slot)) && !shm_dir_refused())
 			UROCE_COUNT(p->stats, UC_shm_region_failed, 1);
-		else if (p->rx[i] && sh)
-			share_ring_owner(sh);  /* its doorbells come here */
-	}
 	p->n = cfg->ngids;
 	if (cfg->ngids && shm_dir_refused())
 		UROCE_COUNT(p->stats, UC_shm_dir_refused, 1);
@@ -80,7 +72,7 @@ static void ring_close(struct uroce_backend *be)
 }
 
 static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
-						 uint16_t sport, const uint8_t *peer)
+						 uint16_t sport, const uint8_t *peer, uint32_t peer_qpn)
 {
 	struct uroce_backend_flow *f;
 
@@ -88,16 +80,10 @@ static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const
 		errno = EINVAL;  /* UD: no one peer */
 		return NULL;
 	}
-	/* the region there is its first process's; this flow's QP may be
-	 * another's (ring_open) */
-	if (share_gid_shared(peer)) {
-		errno = ENOENT;
-		return NULL;
-	}
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return NULL;
-	f->tx = shm_tx_attach(peer);
+	f->tx = shm_tx_attach(peer, share_slot_of(peer_qpn));
 	if (!f->tx) {
 		free(f);
 		errno = ENOENT;
@@ -109,11 +95,10 @@ static struct uroce_backend_flow *ring_flow_open(struct uroce_backend *be, const
 	return f;
 }
 
-static void ring_flow_prepare(struct uroce_backend *be, const uint8_t peer[16])
+static void ring_flow_prepare(struct uroce_backend *be, const uint8_t peer[16], uint32_t peer_qpn)
 {
 	(void)be;
-	if (!share_gid_shared(peer))
-		shm_tx_prepare(peer);
+	shm_tx_prepare(peer, share_slot_of(peer_qpn));
 }
 
 static void ring_flow_close(struct uroce_backend_flow *f)

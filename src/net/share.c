@@ -34,8 +34,8 @@
 #define SHARE_LOCK_WAIT_NS 200000000ull
 
 /* The steering program's words (loaded big-endian, BPF_ABS): "uroc" then
- * "e-px" (a probe: the group index follows) or "e-db" (a doorbell:
- * udp.c's, for the ring listener's owner). */
+ * "e-px" (a probe: the group index follows) or "e-db" (a doorbell, udp.c's:
+ * the slot whose region it wakes follows). */
 #define W_UROC 0x75726f63u
 #define W_EPX 0x652d7078u
 #define W_EDB 0x652d6462u
@@ -44,7 +44,7 @@ struct share_hdr {
 	_Atomic uint64_t magic;              /* SHARE_MAGIC once made */
 	uint64_t nonce;                      /* probes and forwards carry it */
 	_Atomic uint32_t gen;                /* the probe round */
-	_Atomic uint32_t ring_slot;          /* the ring listener's owner (0: none) */
+	uint32_t reserved;
 	_Atomic uint64_t round_ns;           /* when the last round began (CLOCK_MONOTONIC) */
 	_Atomic uint32_t steer_seq;          /* bumped by each index recorded */
 	uint8_t pad[28];
@@ -284,13 +284,8 @@ void share_close(struct share *sh)
 	if (!sh)
 		return;
 	/* a forked child closing its copy: the slot stays its parent's */
-	if (sh->map && sh->opener == getpid()) {
+	if (sh->map && sh->opener == getpid())
 		atomic_store(&sh->map->slot[sh->slot].fwd_port, 0);
-		if (atomic_load(&sh->map->hdr.ring_slot) == sh->slot && registry_lock(sh, false)) {
-			atomic_store(&sh->map->hdr.ring_slot, 0);
-			registry_unlock(sh);
-		}
-	}
 	if (sh->map) {
 		if (sh->guard >= 0)
 			shm_unguard_mapping(sh->guard);
@@ -299,11 +294,6 @@ void share_close(struct share *sh)
 	if (sh->fd >= 0)
 		close(sh->fd);  /* releases the slot's lock */
 	free(sh);
-}
-
-unsigned share_slot(const struct share *sh)
-{
-	return sh->slot;
 }
 
 /* The live slots, ours among them (our own lock conflicts with nobody). */
@@ -330,7 +320,6 @@ static void steer_locked(struct share *sh)
 	if (!f)
 		return;
 	unsigned n = 0;
-	uint32_t ring = atomic_load(&sh->map->hdr.ring_slot);
 
 	live_slots(sh, held);
 	/* 0-5: a probe returns the index it carries */
@@ -340,9 +329,9 @@ static void steer_locked(struct share *sh)
 	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, W_EPX, 0, 2);    /* no: 6 */
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 8);
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_A, 0);
-	/* 6-8: a doorbell goes to the ring listener's owner */
+	/* 6-8: a doorbell goes to the slot it names */
 	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, W_EDB, 0, 2);    /* no: 9 */
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_IMM, ring);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 8);
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, 3);                       /* 12 */
 	/* 9-11: the slot of the BTH destination QPN (bytes 5-7, §3.1) */
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4);
@@ -423,10 +412,11 @@ int share_join(struct share *sh, int rx_fd, int fwd_fd)
 
 	sh->rx_fd = rx_fd;
 	sh->fwd_fd = fwd_fd;
+	uint8_t gid[16];
+	uint16_t port;
 	if (getsockname(fwd_fd, (struct sockaddr *)&ss, &sl) < 0)
 		return -errno;
-	uint16_t port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-						: ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	sockaddr_to_gid(&ss, gid, &port);
 	atomic_store(&sh->map->slot[sh->slot].fwd_port, port);
 	/* a program before the first probe: without one the group picks by
 	 * hash, and a probe would reach a member at another index */
@@ -435,23 +425,13 @@ int share_join(struct share *sh, int rx_fd, int fwd_fd)
 	return 0;
 }
 
-bool share_others(struct share *sh)
+bool share_test_others(struct share *sh)
 {
 	uint8_t held[SHARE_SLOTS];
 	return live_slots(sh, held) > 1;
 }
 
-void share_ring_owner(struct share *sh)
-{
-	if (!registry_lock(sh, true))
-		return;
-	atomic_store(&sh->map->hdr.ring_slot, sh->slot);
-	atomic_fetch_add(&sh->map->hdr.steer_seq, 1);
-	registry_unlock(sh);
-	steer(sh, true);
-}
-
-bool share_gid_shared(const uint8_t gid[16])
+bool share_test_gid_shared(const uint8_t gid[16])
 {
 	char name[96];
 	registry_name(gid, name, sizeof(name));
@@ -493,51 +473,30 @@ bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len)
 	return true;
 }
 
-static void fwd_to(struct share *sh, uint32_t port, struct sockaddr_storage *to, socklen_t *tl)
+int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len)
 {
-	gid_to_sockaddr(sh->gid, (uint16_t)port, to, tl);
-}
-
-int share_forward(struct share *sh, const struct uroce_rxpkt *pk)
-{
-	unsigned s = share_slot_of((uint32_t)pk->buf[5] << 16 | (uint32_t)pk->buf[6] << 8 | pk->buf[7]);
-	uint32_t port = s <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[s].fwd_port) : 0;
+	uint32_t port = slot <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[slot].fwd_port) : 0;
 
 	/* nobody's slot: a dead member's peers retransmitting, or a stray
 	 * QPN -- no round of probes for that, steering is not at fault */
-	if (!port || port > 0xFFFF || !slot_held(sh->fd, s))
+	if (!port || port > 0xFFFF || !slot_held(sh->fd, slot))
 		return 0;
-	{
-		struct share_fwd w = { .nonce = sh->nonce, .sport = pk->sport, .tos = pk->tos, .ttl = pk->ttl,
-				       .ip_id_hint = pk->ip_id_hint };
+	struct share_fwd w = { .nonce = sh->nonce };
+	struct iovec iov[2] = { { &w, sizeof(w) }, { (void *)buf, len } };
+	struct sockaddr_storage to;
+	socklen_t tl;
+	gid_to_sockaddr(sh->gid, (uint16_t)port, &to, &tl);
+	struct msghdr h = { .msg_name = &to, .msg_namelen = tl, .msg_iov = iov + !pk, .msg_iovlen = pk ? 2 : 1 };
+	if (pk) {
 		memcpy(w.magic, fwd_magic, 8);
 		memcpy(w.sgid, pk->sgid, 16);
 		memcpy(w.dgid, pk->dgid, 16);
-		struct sockaddr_storage to;
-		socklen_t tl;
-		fwd_to(sh, port, &to, &tl);
-		struct iovec iov[2] = { { &w, sizeof(w) }, { pk->buf, pk->len } };
-		struct msghdr h = { .msg_name = &to, .msg_namelen = tl, .msg_iov = iov, .msg_iovlen = 2 };
-		bool sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == (ssize_t)(sizeof(w) + pk->len);
-		maybe_reprobe(sh);
-		return sent ? 1 : -1;
+		w.sport = pk->sport, w.tos = pk->tos, w.ttl = pk->ttl, w.ip_id_hint = pk->ip_id_hint;
 	}
-}
-
-void share_doorbell(struct share *sh, const uint8_t *buf, uint32_t len)
-{
-	unsigned ring = atomic_load(&sh->map->hdr.ring_slot);
-	uint32_t port = ring && ring <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[ring].fwd_port) : 0;
-
-	if (ring == sh->slot || !port || port > 0xFFFF || !slot_held(sh->fd, ring))
-		return;
-	/* the ring owner's: its engine may sleep with nothing else to wake it */
-	struct sockaddr_storage to;
-	socklen_t tl;
-	fwd_to(sh, port, &to, &tl);
-	if (sendto(sh->fwd_fd, buf, len, MSG_DONTWAIT, (struct sockaddr *)&to, tl) < 0)
-		LOG_DBG("uroce: doorbell forward: %s", strerror(errno));
+	ssize_t want = (ssize_t)len + (pk ? (ssize_t)sizeof(w) : 0);
+	bool sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == want;
 	maybe_reprobe(sh);
+	return sent ? 1 : -1;
 }
 
 bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk)

@@ -7,7 +7,7 @@
  * attached to the group (SO_ATTACH_REUSEPORT_CBPF) picks the socket from
  * the destination QPN.  A QPN's high bits are its process's slot (QPN =
  * slot << SHARE_SLOT_SHIFT | index), claimed in a registry per address: a
- * file in the user's private rendezvous directory (net/shm.c) whose slot s
+ * file in a directory private to the user (shm_registry_dir) whose slot s
  * is held by an OFD lock on byte 1 + s for the holder's life, released by
  * the kernel when it exits or crashes.
  *
@@ -64,30 +64,25 @@ void share_close(struct share *sh);
  * fwd_fd is bound: records the forward port, attaches a program and sends
  * a round of probes. */
 int share_join(struct share *sh, int rx_fd, int fwd_fd);
-/* Whether other live processes hold slots of this registry now. */
-bool share_others(struct share *sh);
-/* This process owns gid's same-host ring listener: doorbells go to it. */
-void share_ring_owner(struct share *sh);
-/* Whether another process than this one shares gid's address now (the
- * rings then stay off for it: net/ring.c); false when it has no registry. */
-bool share_gid_shared(const uint8_t gid[16]);
 
 /* Receive side, for packets that came on the shared socket.  A probe (its
  * bytes, len): true when it was one (consumed). */
 bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len);
-/* A packet for another slot than ours: forwards it to its owner (1), or
- * 0 when nobody holds that slot, -1 when the send failed (the caller
- * drops and counts it).  A forward starts a new round of probes, at most
- * one per SHARE_REPROBE_NS for the address. */
-int share_forward(struct share *sh, const struct uroce_rxpkt *pk);
-/* A doorbell that came to this process: passed on to the ring
- * listener's owner when that is another process. */
-void share_doorbell(struct share *sh, const uint8_t *buf, uint32_t len);
+/* A datagram for another slot than ours, to its owner's forward socket:
+ * a packet (buf, len of pk) wrapped with pk's addresses, or, pk NULL, a
+ * doorbell as it is.  1: sent; 0: nobody holds that slot; -1: the send
+ * failed (the caller drops and counts it).  A forward starts a new round
+ * of probes, at most one per SHARE_REPROBE_NS for the address. */
+int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len);
 /* Each receive call: a program update left for later (lock busy). */
 void share_rx_tick(struct share *sh);
 /* A datagram that came on the forward socket: fills pk (the wrapped packet
  * in place); false when it is no forward of our registry's. */
 bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk);
-unsigned share_slot(const struct share *sh);
+
+/* Tests: whether other live processes hold slots of this registry now;
+ * whether more than one holds slots of gid's (from a fresh open of it). */
+bool share_test_others(struct share *sh);
+bool share_test_gid_shared(const uint8_t gid[16]);
 
 #endif

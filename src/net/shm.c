@@ -69,7 +69,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x78722d65636f7275ull /* "uroce-rx" */
-#define SHM_VERSION 2                   /* 2: a sealed memfd, handed over by fd */
+#define SHM_VERSION 3                   /* 2: a sealed memfd, handed over by fd; 3: named by key (GID and slot) */
 #define SHM_RINGS 32
 #define SHM_UNIT 64
 #define SHM_UNITS 32768          /* 2 MiB: a QP's window (128 packets of 4 KiB) and READ responses */
@@ -93,11 +93,24 @@ struct shm_ring_ctl {
 	alignas(64) _Atomic uint32_t owner;  /* producing process, 0: free */
 };
 
+/* A region is named and found by its key: the receive address (GID) and
+ * the QPN slot of the process that owns it (net/share.h), big-endian, so
+ * that processes sharing an address each have a region of their own, and
+ * a flow finds its peer QP's process from the QPN alone. */
+#define SHM_KEY 20
+
+static void region_key(uint8_t key[SHM_KEY], const uint8_t gid[16], unsigned slot)
+{
+	memcpy(key, gid, 16);
+	key[16] = (uint8_t)(slot >> 24), key[17] = (uint8_t)(slot >> 16);
+	key[18] = (uint8_t)(slot >> 8), key[19] = (uint8_t)slot;
+}
+
 struct shm_region {
 	uint64_t magic;
 	uint32_t version, reserved0;
 	uint32_t nrings, nunits, unit, reserved;
-	uint8_t gid[16];
+	uint8_t key[SHM_KEY];            /* its address and owner (region_key) */
 	alignas(64) _Atomic uint32_t rx_sleeping; /* the owner's engine sleeps on its sockets */
 	alignas(64) _Atomic uint32_t ring_mask;   /* claimed rings */
 	struct shm_ring_ctl ring[SHM_RINGS];
@@ -117,7 +130,7 @@ struct shm_rx {
 	pid_t pid;                       /* the process that opened it (a forked child does
 					  * not consume: shm_rx_poll) */
 	struct shm_rx *next;             /* own_rx (own_lock) */
-	uint8_t gid[16];
+	uint8_t key[SHM_KEY];
 	uint32_t tail[SHM_RINGS];        /* the consumer's own copy: never read back */
 	uint32_t populated;              /* rings whose pages this mapping has */
 	uint32_t broken;                 /* rings whose producer wrote nonsense: not read */
@@ -136,7 +149,7 @@ struct shm_rx {
  * rings nor give them back (shm_tx_send, shm_tx_detach). */
 struct shm_peer {
 	struct shm_peer *next;
-	uint8_t gid[16];
+	uint8_t key[SHM_KEY];
 	struct shm_region *r;            /* header only */
 	int fd;                          /* our own open of the region: holds our ring locks */
 	pid_t pid;
@@ -190,7 +203,7 @@ static struct shm_rx *own_rx;
 #define SHM_ASKS 64
 #define SHM_ASK_FAIL_NS 1000000000ull
 struct shm_ask {
-	uint8_t gid[16];
+	uint8_t key[SHM_KEY];
 	bool used, pending;
 	uint64_t until;                  /* failed: not asked again before */
 };
@@ -512,7 +525,8 @@ static void populate(void *p, size_t len, bool write)
 }
 
 /* Rendezvous.  The owner of a region listens on a unix socket file
- * "rx.<netns inode>.<gid in hex>" (filesystem sockets are not per network
+ * "rx.<netns inode>.<key in hex>" (the GID and the owner's QPN slot:
+ * region_key; filesystem sockets are not per network
  * namespace, unlike abstract names: the namespace's inode keeps a region
  * the scope of its namespace) in a directory of our user's that no other
  * user can enter (shm_dir): for root /run/uroce, else
@@ -525,7 +539,7 @@ static void populate(void *p, size_t len, bool write)
  * someone else later is never used (issue #13, second review).  So a
  * process of another user cannot squat, flood or wake the socket (the
  * abstract names of before could all be: issue #13) -- root can, and any
- * process of our own user, which may bind rx.<ns>.<any gid> and answer
+ * process of our own user, which may bind rx.<ns>.<any key> and answer
  * for an address that is not its own (README "Security model": our own
  * user's processes are trusted) -- and a producer needs no scan: the
  * address names one file.  Binding the UDP address made the address ours, so its
@@ -668,8 +682,8 @@ unsigned long shm_netns_id(void)
 	return shm_netns;
 }
 
-/* The socket file of gid's region; false when there are no rings. */
-static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t *len)
+/* The socket file of key's region; false when there are no rings. */
+static bool region_addr(const uint8_t key[SHM_KEY], struct sockaddr_un *sa, socklen_t *len)
 {
 	struct stat st;
 	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
@@ -678,8 +692,8 @@ static bool region_addr(const uint8_t gid[16], struct sockaddr_un *sa, socklen_t
 	sa->sun_family = AF_UNIX;
 	/* through the directory's fd (dir_private_fd): the one checked */
 	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/rx.%lu.", shm_dirfd, shm_netns);
-	for (int i = 0; i < 16 && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
-		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", gid[i]);
+	for (int i = 0; i < SHM_KEY && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
+		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", key[i]);
 	*len = (socklen_t)sizeof(*sa);
 	return k > 0 && k + 1 < (int)sizeof(sa->sun_path);
 }
@@ -773,12 +787,12 @@ static void conn_close(int c)
 }
 
 /* The listening socket of a new region, its file's path in path. */
-static int region_listen(const uint8_t gid[16], char *path)
+static int region_listen(const uint8_t key[SHM_KEY], char *path)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
 
-	if (!region_addr(gid, &sa, &l))
+	if (!region_addr(key, &sa, &l))
 		return -1;
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s < 0)
@@ -832,7 +846,7 @@ static void *map_region(int fd, size_t len, off_t off)
 	return p;
 }
 
-static void asks_forget(const uint8_t gid[16]);
+static void asks_forget(const uint8_t key[SHM_KEY]);
 
 /* A region's seals, as F_GET_SEALS reports them: ours (no change of size,
  * no further seals), and at most F_SEAL_EXEC besides, which the kernel
@@ -859,15 +873,17 @@ static void region_failed(const char *what)
 	errno = e;
 }
 
-struct shm_rx *shm_rx_open(const uint8_t gid[16])
+struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot)
 {
 	struct shm_rx *rx = calloc(1, sizeof(*rx));
+	uint8_t key[SHM_KEY];
 	void *m = MAP_FAILED;
 	struct stat st;
 	const int seals = SHM_SEALS;
 
 	if (!rx)
 		return NULL;
+	region_key(key, gid, slot);
 	rx->pid = shm_self();
 	rx->reaped_ns = mono_ns();  /* the first look for dead producers a REAP_NS from now */
 	rx->fd = rx->lfd = -1;
@@ -910,11 +926,11 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	rx->r->nrings = SHM_RINGS;
 	rx->r->nunits = SHM_UNITS;
 	rx->r->unit = SHM_UNIT;
-	memcpy(rx->r->gid, gid, 16);
-	memcpy(rx->gid, gid, 16);
+	memcpy(rx->r->key, key, SHM_KEY);
+	memcpy(rx->key, key, SHM_KEY);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&fork_lock);
-	rx->lfd = region_listen(gid, rx->path);
+	rx->lfd = region_listen(key, rx->path);
 	fd_track(rx->lfd);
 	pthread_mutex_unlock(&fork_lock);
 	if (rx->lfd < 0) {
@@ -925,7 +941,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16])
 	rx->next = own_rx;
 	own_rx = rx;
 	pthread_mutex_unlock(&own_lock);
-	asks_forget(gid);  /* our own flows to it asked in vain before */
+	asks_forget(key);  /* our own flows to it asked in vain before */
 	return rx;
 fail:
 	if (m != MAP_FAILED)
@@ -1228,7 +1244,7 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 			memcpy(pk->buf, rec + 1, len);
 			pk->len = len;
 			memcpy(pk->sgid, h.sgid, 16);
-			memcpy(pk->dgid, rx->gid, 16);
+			memcpy(pk->dgid, rx->key, 16);  /* the key's GID */
 			pk->sport = h.sport;
 			pk->tos = h.tos;
 			pk->ttl = 64;
@@ -1338,21 +1354,21 @@ static int region_reopen(int fd)
 	return nfd;
 }
 
-/* Ask the owner of gid's socket for its region: the fd it sends, or -1
+/* Ask the owner of key's socket for its region: the fd it sends, or -1
  * (no socket, a dead owner's, another user's, a full backlog, no answer
  * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
  * goes by UDP, as with no region; *immediate when the connect itself said
  * so: no socket, a dead owner's).  Called without locks (shm_tx_prepare).
  * Every fd an answer carries is received and all but the one accepted are
  * closed, so no answer can leave fds with us. */
-static int region_ask(const uint8_t gid[16], bool *immediate)
+static int region_ask(const uint8_t key[SHM_KEY], bool *immediate)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
 	int fd = -1;
 
 	*immediate = false;
-	if (!region_addr(gid, &sa, &l))
+	if (!region_addr(key, &sa, &l))
 		return -1;
 	/* non-blocking: a full backlog refuses at once (EAGAIN) */
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1390,29 +1406,29 @@ static int region_ask(const uint8_t gid[16], bool *immediate)
 	return fd;
 }
 
-/* The header of the region open at fd, mapped, if it is a region of dgid
- * this version speaks; NULL otherwise. */
-static struct shm_region *header_map(int fd, const uint8_t dgid[16])
+/* The header of the region open at fd, mapped, if it is key's region in
+ * a version this one speaks; NULL otherwise. */
+static struct shm_region *header_map(int fd, const uint8_t key[SHM_KEY])
 {
 	struct shm_region *r = map_region(fd, SHM_HDR_BYTES, 0);
 
 	if (r == MAP_FAILED)
 		return NULL;
 	if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || r->version != SHM_VERSION ||
-	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT || memcmp(r->gid, dgid, 16)) {
+	    r->nrings != SHM_RINGS || r->nunits != SHM_UNITS || r->unit != SHM_UNIT || memcmp(r->key, key, SHM_KEY)) {
 		munmap(r, SHM_HDR_BYTES);
 		return NULL;
 	}
 	return r;
 }
 
-/* A region of dgid as fd (closed in any case): opened afresh, checked,
- * its header mapped; a new peer entry, or NULL. */
-static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
+/* key's region as fd (closed in any case): opened afresh, checked, its
+ * header mapped; a new peer entry, or NULL. */
+static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
 {
 	if (fd < 0 || (fd = region_reopen(fd)) < 0)
 		return NULL;
-	struct shm_region *r = header_map(fd, dgid);
+	struct shm_region *r = header_map(fd, key);
 	struct shm_peer *pe = r ? calloc(1, sizeof(*pe)) : NULL;
 	uint32_t tag = 0;
 	while (pe && !tag && getrandom(&tag, sizeof(tag), GRND_NONBLOCK) != sizeof(tag))
@@ -1423,7 +1439,7 @@ static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
 		fd_close_tracked(fd);
 		return NULL;
 	}
-	memcpy(pe->gid, dgid, 16);
+	memcpy(pe->key, key, SHM_KEY);
 	pe->r = r;
 	pe->fd = fd;
 	pe->pid = shm_self();
@@ -1435,13 +1451,13 @@ static struct shm_peer *peer_new(int fd, const uint8_t dgid[16])
 
 /* One of this process's own regions (a flow to its own address): opened
  * afresh, as another process would.  Never waits. */
-static struct shm_peer *region_own(const uint8_t dgid[16])
+static struct shm_peer *region_own(const uint8_t key[SHM_KEY])
 {
 	int fd = -1;
 
 	pthread_mutex_lock(&own_lock);
 	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
-		if (!memcmp(rx->gid, dgid, 16)) {
+		if (!memcmp(rx->key, key, SHM_KEY)) {
 			pthread_mutex_lock(&fork_lock);
 			fd = fcntl(rx->fd, F_DUPFD_CLOEXEC, 0);
 			fd_track(fd);
@@ -1449,7 +1465,7 @@ static struct shm_peer *region_own(const uint8_t dgid[16])
 			break;
 		}
 	pthread_mutex_unlock(&own_lock);
-	return peer_new(fd, dgid);
+	return peer_new(fd, key);
 }
 
 /* Is the entry still a live region?  Its owner may have died (its lock
@@ -1479,10 +1495,10 @@ static void peer_free(struct shm_peer *pe)
 	free(pe);
 }
 
-static struct shm_ask *ask_find(const uint8_t gid[16])
+static struct shm_ask *ask_find(const uint8_t key[SHM_KEY])
 {
 	for (unsigned i = 0; i < SHM_ASKS; i++)
-		if (asks[i].used && !memcmp(asks[i].gid, gid, 16))
+		if (asks[i].used && !memcmp(asks[i].key, key, SHM_KEY))
 			return &asks[i];
 	return NULL;
 }
@@ -1499,23 +1515,23 @@ static struct shm_ask *ask_slot(uint64_t now)
 	return NULL;
 }
 
-static void asks_forget(const uint8_t gid[16])
+static void asks_forget(const uint8_t key[SHM_KEY])
 {
 	pthread_mutex_lock(&peers_lock);
-	struct shm_ask *a = ask_find(gid);
+	struct shm_ask *a = ask_find(key);
 	if (a && !a->pending)
 		a->used = false;
 	pthread_mutex_unlock(&peers_lock);
 }
 
-/* With peers_lock held: the live entry of dgid, asked for if need be and
+/* With peers_lock held: the live entry of key, asked for if need be and
  * may_ask (the lock is dropped meanwhile), or NULL: no region, it failed
  * less than SHM_ASK_FAIL_NS ago, no slot to ask with, or (!may_ask) no
  * answer at hand.  Entries no flow holds expire as failures do; an entry
  * whose owner died is dropped (freed with its last ring).  Failures the
  * connect reports at once (no socket file, a dead owner's: every remote
  * GID is one) cost nothing to redo and are not cached. */
-static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
+static struct shm_peer *peer_resolve(const uint8_t key[SHM_KEY], bool may_ask)
 {
 	uint64_t wait_until = 0;
 	for (;;) {
@@ -1528,7 +1544,7 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
 				peer_free(pe);
 			}
 		}
-		for (pe = peers; pe && memcmp(pe->gid, dgid, 16); pe = pe->next)
+		for (pe = peers; pe && memcmp(pe->key, key, SHM_KEY); pe = pe->next)
 			;
 		if (pe && peer_current(pe))
 			return pe;
@@ -1537,8 +1553,8 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
 			if (!pe->nheld)
 				peer_free(pe);
 		}
-		if (!(pe = region_own(dgid))) {
-			struct shm_ask *a = ask_find(dgid);
+		if (!(pe = region_own(key))) {
+			struct shm_ask *a = ask_find(key);
 			if (!may_ask)
 				return NULL;  /* under the caller's locks: never an ask, never a wait */
 			if (a && a->pending) {
@@ -1556,12 +1572,12 @@ static struct shm_peer *peer_resolve(const uint8_t dgid[16], bool may_ask)
 			if (!a && !(a = ask_slot(now)))
 				return NULL;  /* the table is full of asks and fresh failures: UDP */
 			a->used = a->pending = true;
-			memcpy(a->gid, dgid, 16);
+			memcpy(a->key, key, SHM_KEY);
 			pthread_mutex_unlock(&peers_lock);
 			bool immediate;
-			pe = peer_new(region_ask(dgid, &immediate), dgid);
+			pe = peer_new(region_ask(key, &immediate), key);
 			pthread_mutex_lock(&peers_lock);
-			if (a->pending && !memcmp(a->gid, dgid, 16)) {  /* not a forked child's table */
+			if (a->pending && !memcmp(a->key, key, SHM_KEY)) {  /* not a forked child's table */
 				a->pending = false;
 				a->until = mono_ns() + SHM_ASK_FAIL_NS;
 				a->used = !pe && !immediate;
@@ -1596,21 +1612,25 @@ static void shm_cancel_restore(int old)
 	pthread_setcancelstate(old, NULL);
 }
 
-void shm_tx_prepare(const uint8_t dgid[16])
+void shm_tx_prepare(const uint8_t dgid[16], unsigned slot)
 {
+	uint8_t key[SHM_KEY];
+	region_key(key, dgid, slot);
 	int cs = shm_nocancel();
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
-	peer_resolve(dgid, true);
+	peer_resolve(key, true);
 	pthread_mutex_unlock(&peers_lock);
 	shm_cancel_restore(cs);
 }
 
-bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n)
+bool shm_test_socket_path(const uint8_t gid[16], unsigned slot, char *path, size_t n)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
-	return region_addr(gid, &sa, &l) && snprintf(path, n, "%s", sa.sun_path) < (int)n;
+	uint8_t key[SHM_KEY];
+	region_key(key, gid, slot);
+	return region_addr(key, &sa, &l) && snprintf(path, n, "%s", sa.sun_path) < (int)n;
 }
 
 unsigned long shm_test_foreign_closes(void)
@@ -1704,18 +1724,20 @@ static struct shm_tx *ring_claim(struct shm_peer *pe)
 	return tx;
 }
 
-struct shm_tx *shm_tx_attach(const uint8_t dgid[16])
+struct shm_tx *shm_tx_attach(const uint8_t dgid[16], unsigned slot)
 {
 	struct shm_peer *pe;
 	struct shm_tx *tx = NULL;
+	uint8_t key[SHM_KEY];
 	int cs = shm_nocancel();
 
+	region_key(key, dgid, slot);
 	shm_self();  /* the fork handler is in place before any entry exists */
 	pthread_mutex_lock(&peers_lock);
 	/* asked for by shm_tx_prepare before the caller took its locks; no
 	 * answer at hand (none prepared, expired, evicted, the owner changed):
 	 * UDP, never an ask or a wait under the caller's locks (shm.h) */
-	if (!(pe = peer_resolve(dgid, false)))
+	if (!(pe = peer_resolve(key, false)))
 		goto out;
 	if (pe->nheld < rings_own)
 		tx = ring_claim(pe);

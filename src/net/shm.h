@@ -10,12 +10,15 @@
  * Every receive address (GID) of a device publishes one region of
  * SHM_RINGS single-producer rings: a sealed memfd, handed by file
  * descriptor to each process of our user that connects to the unix socket
- * "rx.<netns inode>.<gid in hex>" in a directory only our user can enter
- * (shm.c, "Rendezvous").  A connected QP's flow claims one ring in its peer's region when it
+ * "rx.<netns inode>.<GID and QPN slot in hex>" in a directory only our
+ * user can enter (shm.c, "Rendezvous"): processes that share an address
+ * (net/share.h) have a region each, and a flow finds its peer QP's by the
+ * slot in the QPN.  A connected QP's flow claims one ring in its peer's region when it
  * opens and keeps it for its life, so each flow's packets keep their order
  * and never mix paths.  A receiver whose engine sleeps on its sockets says
- * so in the region; a sender that published into it then sends an 8-byte
- * UDP datagram (a doorbell: net.c rings it through udp.c) to wake it. */
+ * so in the region; a sender that published into it then sends a 12-byte
+ * UDP datagram (a doorbell, naming the slot: net.c rings it through
+ * udp.c) to wake it. */
 #ifndef UROCE_NET_SHM_H
 #define UROCE_NET_SHM_H
 
@@ -28,9 +31,10 @@ struct uroce_rxpkt;
 struct shm_rx;
 struct shm_tx;
 
-/* Receiver side: the region of one receive address; NULL when there is
- * none (no memfd, no socket, UROCE_SHM=0). */
-struct shm_rx *shm_rx_open(const uint8_t gid[16]);
+/* Receiver side: the region of one receive address, for the process whose
+ * QPNs carry `slot`; NULL when there is none (no memfd, no socket,
+ * UROCE_SHM=0). */
+struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot);
 /* The directory of the address registries (net/share.c), private to our
  * uid and the same for all its processes: its fd (O_PATH, checked; not
  * ours to close) or -EACCES. */
@@ -68,13 +72,14 @@ void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);
  * back). */
 bool shm_rx_ready(struct shm_rx *rx);
 
-/* Sender side: a ring in the region of dgid for one flow, kept for its
+/* Sender side: a ring in the region of dgid and slot (the peer QPN's:
+ * share_slot_of) for one flow, kept for its
  * life: one of its own for each of the process's first flows to dgid (a
  * quarter of the rings), later ones share the least used of those (shm.c,
  * struct shm_tx); NULL when dgid has no live region in this namespace, or
  * no ring is free and the process holds none there.  The region's fd and
  * header mapping are one per peer address, not per flow. */
-struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
+struct shm_tx *shm_tx_attach(const uint8_t dgid[16], unsigned slot);
 /* Asks dgid's owner for its region, waiting up to SHM_CONNECT_WAIT_MS
  * (shm.c) for its answer, and caches the answer: the region (until a flow
  * attaches, or a second passes), or that there is none (for a second, so
@@ -85,7 +90,7 @@ struct shm_tx *shm_tx_attach(const uint8_t dgid[16]);
  * locks (ibv_modify_qp, before the QP's lock).  shm_tx_attach never asks
  * and never waits: without a fresh answer prepared (none, older than a
  * second, or its owner changed) the flow goes by UDP. */
-void shm_tx_prepare(const uint8_t dgid[16]);
+void shm_tx_prepare(const uint8_t dgid[16], unsigned slot);
 /* Tests: every cached answer expires now (as a second later). */
 void shm_tx_test_expire(void);
 void shm_tx_detach(struct shm_tx *tx);
@@ -149,7 +154,7 @@ unsigned long shm_test_foreign_closes(void);
 void shm_test_passrights(bool refuse);
 /* Tests: the size of a region's memfd. */
 size_t shm_test_region_bytes(void);
-/* Tests: the path of gid's rendezvous socket file. */
-bool shm_test_socket_path(const uint8_t gid[16], char *path, size_t n);
+/* Tests: the path of the rendezvous socket file of gid and slot. */
+bool shm_test_socket_path(const uint8_t gid[16], unsigned slot, char *path, size_t n);
 
 #endif

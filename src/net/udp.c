@@ -123,9 +123,13 @@ struct udp_priv {
 	struct uroce_stats_page *stats;
 };
 
-/* A doorbell: shorter than any RoCE packet, so nothing else could be taken
- * for it; anything else that short is dropped as truncated. */
-static const uint8_t doorbell_bytes[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
+/* A doorbell: "uroce-db" and the QPN slot of the process whose region it
+ * wakes (big-endian: a shared address's steering program reads it, and a
+ * member it reaches by mistake passes it on), 12 bytes, shorter than any
+ * RoCE packet (BTH and ICRC), so nothing else could be taken for it;
+ * anything else that short is dropped as truncated. */
+#define DOORBELL_LEN 12
+static const uint8_t doorbell_magic[8] = { 'u', 'r', 'o', 'c', 'e', '-', 'd', 'b' };
 
 /* A QP's transmit flow: its pool socket, and room to gather a batch into
  * GSO sends.  Used under its QP's lock only; the socket is the pool's. */
@@ -140,19 +144,6 @@ struct uroce_backend_flow {
 	struct iovec iov[UROCE_TX_BATCH * 4 + UROCE_TX_IOV];
 };
 
-static void sockaddr_to_gid(const struct sockaddr_storage *ss, uint8_t gid[16], uint16_t *port)
-{
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *s = (const struct sockaddr_in *)ss;
-		memset(gid, 0, 10); gid[10] = gid[11] = 0xff;
-		memcpy(gid + 12, &s->sin_addr, 4);
-		*port = ntohs(s->sin_port);
-	} else {
-		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)ss;
-		memcpy(gid, &s->sin6_addr, 16);
-		*port = ntohs(s->sin6_port);
-	}
-}
 
 int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16])
 {
@@ -279,6 +270,12 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
 	h->msg_iovlen = 1;
 	h->msg_control = p->cbuf[i];
 	h->msg_controllen = sizeof(p->cbuf[i]);
+}
+
+/* What share_forward did, counted */
+static void share_count(struct uroce_stats_page *stats, int f)
+{
+	UROCE_COUNT(stats, f > 0 ? UC_share_forwarded : f == 0 ? UC_share_unowned : UC_share_forward_failed, 1);
 }
 
 static void share_release(struct uroce_net *net)
@@ -481,11 +478,12 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 
 /* Every peer is reached the same way: `peer` says nothing here. */
 static struct uroce_backend_flow *udp_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
-						uint16_t sport, const uint8_t *peer)
+						uint16_t sport, const uint8_t *peer, uint32_t peer_qpn)
 {
 	struct uroce_backend_flow *f = calloc(1, sizeof(*f));
 
 	(void)peer;
+	(void)peer_qpn;
 	if (!f)
 		return NULL;
 	f->sock = tx_sock(be->priv, sgid, sport);
@@ -510,13 +508,16 @@ static uint16_t udp_flow_sport(const struct uroce_backend_flow *f)
 }
 
 /* Wakes the engine sleeping at dgid's port 4791 (udp_recv skips it). */
-static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16])
+static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16], unsigned slot)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
+	uint8_t d[DOORBELL_LEN];
 
+	memcpy(d, doorbell_magic, 8);
+	d[8] = (uint8_t)(slot >> 24), d[9] = (uint8_t)(slot >> 16), d[10] = (uint8_t)(slot >> 8), d[11] = (uint8_t)slot;
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
-	ssize_t r = sendto(f->sock->fd, doorbell_bytes, sizeof(doorbell_bytes), 0, (struct sockaddr *)&ss, sl);
+	ssize_t r = sendto(f->sock->fd, d, sizeof(d), 0, (struct sockaddr *)&ss, sl);
 	return r > 0 ? 0 : r < 0 ? -errno : -EIO;
 }
 
@@ -668,7 +669,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 			continue;
 		/* a shared address's registry: a packet for another process's
 		 * QP is forwarded, one that came forwarded is unwrapped */
-		struct share *sh = p->nrx > 0 ? be->net->share[p->rx_gid[fi]] : NULL;
+		struct share *sh = be->net->share[p->rx_gid[fi]];
 		if (sh && !p->rx_fwd[fi])
 			share_rx_tick(sh);
 		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
@@ -691,11 +692,14 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 			parse_cmsgs(h, &tmpl, &gso);
 			if (h->msg_flags & MSG_TRUNC)
 				len = 0; /* larger than any RoCE packet: dropped as truncated */
-			else if (len == sizeof(doorbell_bytes) && !memcmp(buf, doorbell_bytes, len)) {
-				/* a same-host peer's doorbell: it woke the engine */
-				UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
-				if (sh && !p->rx_fwd[fi])
-					share_doorbell(sh, buf, len);
+			else if (len == DOORBELL_LEN && !memcmp(buf, doorbell_magic, 8)) {
+				/* a same-host peer's doorbell: it woke the engine,
+				 * or, on a shared address, another process's */
+				unsigned slot = ld32(buf + 8);
+				if (sh && slot != be->net->qpn_slot)
+					share_count(p->stats, share_forward(sh, slot, NULL, buf, len));
+				else
+					UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
 				rx_hdr_reset(p, i);
 				continue;
 			} else if (sh && p->rx_fwd[fi]) {
@@ -729,9 +733,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 					if (slot != be->net->qpn_slot && slot >= SHARE_SLOT_FIRST && slot <= SHARE_SLOT_LAST) {
 						/* the group's order changed, or a
 						 * member has not learnt its index yet */
-						int f = share_forward(sh, pk);
-						UROCE_COUNT(p->stats, f > 0 ? UC_share_forwarded : f == 0 ? UC_share_unowned
-											      : UC_share_forward_failed, 1);
+						share_count(p->stats, share_forward(sh, slot, pk, pk->buf, pk->len));
 						got--;
 					}
 				}

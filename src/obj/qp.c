@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 #include "qp_state.h"
 #include "../wire/hdr.h"
@@ -410,7 +409,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 	 * which the engine's timers take under rx_lock (net/shm.c: the ask
 	 * may wait for the peer's engine) */
 	if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_UD)
-		net_flow_prepare(dev->net, a->ah_attr.grh.dgid.raw);
+		net_flow_prepare(dev->net, a->ah_attr.grh.dgid.raw,
+				 (mask & IBV_QP_DEST_QPN) ? a->dest_qp_num : qp->attr.dest_qp_num);
 	pthread_mutex_lock(&qp->lock);
 	enum ibv_qp_state cur = qp->attr.qp_state;
 	enum ibv_qp_state next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
@@ -474,7 +474,8 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		uint16_t sport = roce_udp_sport(qp->attr.ah_attr.grh.flow_label, qp->qpn, qp->attr.dest_qp_num);
 		if (!qp->flow || sport != qp->sport_asked) {
 			struct uroce_flow *f = net_flow_open(dev->net, qp->sgid, sport,
-							       qp->type == IBV_QPT_UD ? NULL : qp->dgid);
+							       qp->type == IBV_QPT_UD ? NULL : qp->dgid,
+							       qp->attr.dest_qp_num);
 			if (!f) {
 				rc = errno ? errno : ENOMEM;
 				goto out;

@@ -86,7 +86,7 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, 
 	if (!qp->ud_flows[w->sgid_index]) {
 		/* never given an AV: the older rxe source port (§1.4) */
 		uint16_t sport = (uint16_t)(0xC000 + (((qp->qpn * 0x61C88647u) >> 18) & 0x3FFF));
-		qp->ud_flows[w->sgid_index] = net_flow_open(dev->net, dev->cfg.gids[w->sgid_index], sport, NULL);
+		qp->ud_flows[w->sgid_index] = net_flow_open(dev->net, dev->cfg.gids[w->sgid_index], sport, NULL, 0);
 		if (!qp->ud_flows[w->sgid_index])
 			return;
 	}

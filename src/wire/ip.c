@@ -1,7 +1,6 @@
 /* GIDs as addresses, and the IP header of a RoCEv2 packet. */
 #include "ip.h"
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <string.h>
 
 static const uint8_t v4mapped_prefix[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff };
@@ -62,22 +61,4 @@ size_t ip_header_build(uint8_t *out, const uint8_t sgid[16], const uint8_t dgid[
 	memcpy(h + 24, dgid, 16);
 	memcpy(out, h, 40);
 	return 40;
-}
-
-void gid_to_sockaddr(const uint8_t gid[16], uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (gid_is_ipv4(gid)) {
-		struct sockaddr_in *s = (struct sockaddr_in *)ss;
-		s->sin_family = AF_INET;
-		s->sin_port = htons(port);
-		memcpy(&s->sin_addr, gid + 12, 4);
-		*len = sizeof(*s);
-	} else {
-		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
-		s->sin6_family = AF_INET6;
-		s->sin6_port = htons(port);
-		memcpy(&s->sin6_addr, gid, 16);
-		*len = sizeof(*s);
-	}
 }

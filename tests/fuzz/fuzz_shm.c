@@ -24,6 +24,10 @@
 #include "net/shm.h"
 #include "fuzz_input.h"
 
+/* The QPN slot of the regions these tests open and attach to (shm.h: a
+ * region is named by its address and its owner's slot) */
+#define TEST_SLOT 1u
+
 #define PAGE 4096u
 #define UNIT 64u
 #define PKT_MAX 4288u         /* shm.c's SHM_PKT_MAX */
@@ -81,7 +85,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	rx = shm_rx_open(gid);
+	rx = shm_rx_open(gid, TEST_SLOT);
 	atexit(region_gone);
 	if (!rx)
 		die("shm_rx_open (needs memfd_create and a private rendezvous directory, net/shm.c)");

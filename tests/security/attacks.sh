@@ -250,17 +250,20 @@ rm -rf /dev/shm/uroce-1
 # 5b. daemon's own directory: nobody cannot reach the sockets in it (a
 # connect flood throughout the run fails at once), and the rings carry the
 # run.  (The abstract names before: anyone could connect, fill the backlog
-# and wake the engine.)  The targets are the real socket paths, computed
-# (rx.<netns inode>.<gid hex> of daemon's two addresses), not globbed:
-# nobody cannot list the directory, and a glob would fall back to a
-# name that is not there.
+# and wake the engine.)  The targets are the real socket paths
+# (rx.<netns inode>.<GID hex><QPN slot hex> of daemon's two addresses, whose
+# slots daemon's processes pick: net/shm.c region_key), which root finds
+# and hands nobody in a file, as nobody cannot list the directory.
+rm -f /tmp/uroce-flood-targets
 as_nobody /usr/bin/python3 -c '
 import socket, os, time, errno
-ns = os.stat("/proc/self/ns/net").st_ino
-paths = ["/dev/shm/uroce-1/rx.%d.%s" % (ns, "00000000000000000000ffff7f0063%02x" % k) for k in (1, 2)]
 ok = refused = 0
 end = time.time() + 60
 while time.time() < end:
+    try:
+        paths = open("/tmp/uroce-flood-targets").read().split()
+    except OSError:
+        paths = []
     for path in paths:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         s.setblocking(False)
@@ -278,10 +281,14 @@ while time.time() < end:
 print("connected", ok, "refused", refused, flush=True)' >"$tmp/flood.out" 2>&1 &
 fl=$!; pids+=("$fl")
 rm -f /tmp/uroce-flood-stop
-# root sees whether the flood's computed targets are daemon's sockets
+# root finds daemon's sockets of the two addresses, hands them to the flood,
+# and sees whether the flood's targets are daemon's sockets
 ns=$(stat -L -c %i /proc/self/ns/net)
 ( seen=0; while [ ! -e /tmp/uroce-flood-stop ]; do
-	[ -S "/dev/shm/uroce-1/rx.$ns.00000000000000000000ffff7f006301" ] && seen=1
+	t=$(ls -d /dev/shm/uroce-1/rx.$ns.00000000000000000000ffff7f0063{01,02}* 2>/dev/null | tr '\n' ' ')
+	[ -n "$t" ] && { echo "$t" >/tmp/uroce-flood-targets.new; chmod 644 /tmp/uroce-flood-targets.new
+		mv /tmp/uroce-flood-targets.new /tmp/uroce-flood-targets; }
+	for f in $t; do [ -S "$f" ] && [ "$(stat -c %U "$f")" = daemon ] && seen=1; done
 	sleep 0.05; done; echo "$seen" >"$tmp/flood.seen" ) &
 sn=$!; pids+=("$sn")
 rm -f /tmp/uroce-flood-stop
@@ -289,9 +296,9 @@ daemon_pair flood 20000
 touch /tmp/uroce-flood-stop
 wait "$fl"
 wait "$sn"
-rm -f /tmp/uroce-flood-stop
+rm -f /tmp/uroce-flood-stop /tmp/uroce-flood-targets
 [ "$(cat "$tmp/flood.seen" 2>/dev/null)" = 1 ] && ok "flood: its target is daemon's socket (computed path seen during the run)" \
-	|| bad "flood: the computed target rx.$ns.<gid> was never daemon's socket"
+	|| bad "flood: the target rx.$ns.<key> was never daemon's socket"
 read -r _ conn _ refused <"$tmp/flood.out"
 [ "${conn:-1}" = 0 ] && [ "${refused:-0}" -gt 0 ] && ok "flood: nobody's $refused connects all failed" \
 	|| bad "flood: nobody connected ${conn:-?} times ($(cat "$tmp/flood.out"))"

@@ -13,7 +13,9 @@
 #     forwarded, none lost to a wrong process for good (a socket of the
 #     test's own joins the group and steers every packet to index 0);
 #  4. every process's QPNs carry its own slot: no two processes of one
-#     address print the same QPN high bits.
+#     address print the same QPN high bits;
+#  5. with rings, every packet of every process goes by the rings (a
+#     region per process of an address); by UDP, none.
 set -u
 U=$1 path=$2
 [ "$path" = udp ] && export UROCE_SHM=0
@@ -90,6 +92,19 @@ moved=$(cat "$dir"/k[1-4].srv | awk '$2 == "share_forwarded" {s += $3} END {prin
 # how many depends on when the members' last round of probes took effect;
 # that a forward reaches its process is checked in tests/unit/test_share.c
 echo "   packets forwarded among the servers: $moved"
+
+# 5. the path: with rings every process of a shared address has a region
+# of its own (named by its QPN slot, net/shm.c), so every packet of every
+# pair goes by the rings; by UDP none does
+for f in "$dir"/*.srv "$dir"/*.cli; do
+	case $f in */k0.srv) continue ;; esac  # killed before it sent
+	tx=$(awk '$2 == "tx_packets" {print $3}' "$f") shm=$(awk '$2 == "shm_packets_tx" {print $3}' "$f")
+	if [ "$path" = rings ]; then
+		[ -n "$tx" ] && [ "$shm" = "$tx" ] || { echo "shared_addr.sh: $(basename "$f"): ${shm:-0} of ${tx:-?} packets by the rings"; fail=1; }
+	else
+		[ -z "$shm" ] || { echo "shared_addr.sh: $(basename "$f"): ring packets with UROCE_SHM=0"; fail=1; }
+	fi
+done
 
 if grep -h "uroce:   share_bad" "$dir"/*.srv "$dir"/*.cli; then
 	echo "shared_addr.sh: bad forwards"; fail=1

@@ -86,12 +86,13 @@ static int fake_open(struct uroce_backend *be)
 static void fake_close(struct uroce_backend *be) { (void)be; }
 
 static struct uroce_backend_flow *fake_flow_open(struct uroce_backend *be, const uint8_t sgid[16],
-						 uint16_t sport, const uint8_t *peer)
+						 uint16_t sport, const uint8_t *peer, uint32_t peer_qpn)
 {
 	struct uroce_backend_flow *f = calloc(1, sizeof(*f));
 
 	(void)be;
 	(void)peer;
+	(void)peer_qpn;
 	if (!f) {
 		errno = ENOMEM;
 		return NULL;

@@ -125,10 +125,10 @@ int main(void)
 	CHECK(join(&a, 100) == 0, "member a joins slot 100");
 	struct share *again;
 	CHECK(share_open(gid, 100, &again) == -EBUSY, "slot 100 is held");
-	CHECK(!share_others(a.sh), "a alone");
+	CHECK(!share_test_others(a.sh), "a alone");
 	CHECK(join(&b, 200) == 0, "member b joins slot 200");
-	CHECK(share_others(a.sh) && share_others(b.sh), "each sees the other");
-	CHECK(share_gid_shared(gid), "the address is shared");
+	CHECK(share_test_others(a.sh) && share_test_others(b.sh), "each sees the other");
+	CHECK(share_test_gid_shared(gid), "the address is shared");
 
 	/* 2. probes: a's join probed index 0 (a alone), b's join 0 and 1 */
 	int pa = drain_probes(&a), pb = drain_probes(&b);
@@ -155,7 +155,7 @@ int main(void)
 	/* past the address's limit of one round per SHARE_REPROBE_NS (20 ms)
 	 * since b's join: a lower bound on the time, met by any sleep this long */
 	usleep(25000);
-	CHECK(share_forward(a.sh, &pk) == 1, "a forwards it");
+	CHECK(share_forward(a.sh, 200, &pk, pk.buf, pk.len) == 1, "a forwards it");
 	uint8_t fb[512];
 	n = take(b.fwd, fb, sizeof(fb), NULL);
 	CHECK(n == SHARE_FWD_HDR + 64, "b's forward socket has it (%d bytes)", n);
@@ -174,7 +174,8 @@ int main(void)
 
 	/* 4. nobody's slot; another registry's nonce */
 	pk.buf[5] = 0x01, pk.buf[6] = 0x2c, pk.buf[7] = 0;  /* QPN 0x012c00: slot 4 */
-	CHECK(share_forward(a.sh, &pk) == 0, "a packet for a slot nobody holds is not forwarded");
+	CHECK(share_forward(a.sh, share_slot_of(bth_qpn(pk.buf)), &pk, pk.buf, pk.len) == 0,
+	      "a packet for a slot nobody holds is not forwarded");
 	fb[8] ^= 0xff;  /* the nonce */
 	CHECK(!share_unwrap(b.sh, fb, SHARE_FWD_HDR + 64, &out), "a forward with another nonce is refused");
 	uint8_t probe[24] = { 'u', 'r', 'o', 'c', 'e', '-', 'p', 'x', 0, 0, 0, 9 };
@@ -187,7 +188,7 @@ int main(void)
 	share_close(a.sh);
 	close(a.rx);
 	close(a.fwd);
-	CHECK(!share_others(b.sh), "b alone after a closed");
+	CHECK(!share_test_others(b.sh), "b alone after a closed");
 	CHECK(share_open(gid, 100, &again) == 0, "slot 100 is free again");
 	if (again)
 		share_close(again);

@@ -40,6 +40,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The QPN slot of the regions these tests open and attach to (shm.h: a
+ * region is named by its address and its owner's slot) */
+#define TEST_SLOT 1u
+
 static int failures;
 #define CHECK(c, ...) do { if (!(c)) { failures++; printf("not ok: %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
@@ -115,8 +119,8 @@ static bool got_one(struct shm_rx *rx, uint32_t seq, uint32_t len)
  * (shm_tx_prepare: ibv_modify_qp before the QP's lock), then attached. */
 static struct shm_tx *attach(const uint8_t *gid)
 {
-	shm_tx_prepare(gid);
-	return shm_tx_attach(gid);
+	shm_tx_prepare(gid, TEST_SLOT);
+	return shm_tx_attach(gid, TEST_SLOT);
 }
 
 /* an address of this test's own, unlike any device's: gid_a with last byte k */
@@ -130,7 +134,7 @@ static void test_gid(uint8_t gid[16], uint8_t k)
 static struct shm_rx *region_of(uint8_t gid[16], uint8_t k)
 {
 	test_gid(gid, k);
-	struct shm_rx *rx = shm_rx_open(gid);
+	struct shm_rx *rx = shm_rx_open(gid, TEST_SLOT);
 	CHECK(rx, "region");
 	return rx;
 }
@@ -139,7 +143,7 @@ static struct shm_rx *region_of(uint8_t gid[16], uint8_t k)
 static bool region_and_ring(uint8_t gid[16], uint8_t k, struct shm_rx **rx, struct shm_tx **tx)
 {
 	test_gid(gid, k);
-	*rx = shm_rx_open(gid);
+	*rx = shm_rx_open(gid, TEST_SLOT);
 	*tx = *rx ? attach(gid) : NULL;
 	CHECK(*rx && *tx, "region and ring");
 	return *tx != NULL;
@@ -154,7 +158,7 @@ static uint32_t len_of(uint32_t seq)
 
 static void test_order_and_wrap(void)
 {
-	struct shm_rx *rx = shm_rx_open(gid_a);
+	struct shm_rx *rx = shm_rx_open(gid_a, TEST_SLOT);
 	CHECK(rx, "region opens");
 	if (!rx)
 		return;
@@ -492,7 +496,7 @@ static bool in_child(bool (*fn)(const uint8_t *gid), const uint8_t gid[16], pid_
 
 static bool child_opens_region(const uint8_t *gid)
 {
-	return (child_rx = shm_rx_open(gid)) != NULL;
+	return (child_rx = shm_rx_open(gid, TEST_SLOT)) != NULL;
 }
 
 static bool child_sends_two(const uint8_t *gid)
@@ -545,7 +549,7 @@ static void test_dead_owner(void)
 static int receive_region_fd(const uint8_t gid[16])
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+	if (!shm_test_socket_path(gid, TEST_SLOT, sa.sun_path, sizeof(sa.sun_path)))
 		return -1;
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	char d;
@@ -583,7 +587,7 @@ static void test_no_fds_to_owner(void)
 	pid_t child;
 	CHECK(in_child(child_opens_region, gid, &child), "the child opened its region");
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	CHECK(shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
+	CHECK(shm_test_socket_path(gid, TEST_SLOT, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
 	int passed = open("/dev/null", O_RDONLY | O_CLOEXEC), s = -1;
 	ssize_t n = 0;
 	/* EPIPE: the owner served and closed this connection before the
@@ -645,7 +649,7 @@ static void test_kept_fd_not_alive(void)
 static int listen_at(const uint8_t gid[16], bool stale)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+	if (!shm_test_socket_path(gid, TEST_SLOT, sa.sun_path, sizeof(sa.sun_path)))
 		return -1;
 	unlink(sa.sun_path);
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -989,7 +993,7 @@ static void test_lingering_fds_to_owner(void)
 	uint8_t gid[16];
 	test_gid(gid, 53);
 	shm_test_passrights(false);
-	struct shm_rx *rx = shm_rx_open(gid);
+	struct shm_rx *rx = shm_rx_open(gid, TEST_SLOT);
 	shm_test_passrights(true);
 	CHECK(rx, "a region without SO_PASSRIGHTS");
 	int peer, sock = lingering_tcp(&peer);
@@ -999,7 +1003,7 @@ static void test_lingering_fds_to_owner(void)
 		return;
 	}
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	CHECK(shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
+	CHECK(shm_test_socket_path(gid, TEST_SLOT, sa.sun_path, sizeof(sa.sun_path)), "its socket's path");
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	CHECK(s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connected to the owner");
 	/* an empty message first: the drain must not take it for the end */
@@ -1118,8 +1122,8 @@ static void test_negative_cache(void)
 	int s = listen_at(gid, false);
 	CHECK(s >= 0, "a silent listener");
 	unsigned long asks = shm_tx_test_asks();
-	shm_tx_prepare(gid);
-	struct shm_tx *tx = shm_tx_attach(gid);
+	shm_tx_prepare(gid, TEST_SLOT);
+	struct shm_tx *tx = shm_tx_attach(gid, TEST_SLOT);
 	CHECK(!tx, "no answer: no ring");
 	CHECK(shm_tx_test_asks() == asks + 1, "asked once (%lu)", shm_tx_test_asks() - asks);
 	for (int i = 0; i < 100; i++)
@@ -1132,8 +1136,8 @@ static void test_negative_cache(void)
 	pid_t child;
 	CHECK(in_child(child_opens_region, gid2, &child), "a child's region");
 	asks = shm_tx_test_asks();
-	shm_tx_prepare(gid2);
-	tx = shm_tx_attach(gid2);
+	shm_tx_prepare(gid2, TEST_SLOT);
+	tx = shm_tx_attach(gid2, TEST_SLOT);
 	CHECK(tx && shm_tx_test_asks() == asks + 1, "prepared, then attached: one ask (%lu)", shm_tx_test_asks() - asks);
 	shm_tx_detach(tx);
 	kill(child, SIGKILL);
@@ -1150,12 +1154,12 @@ static void test_attach_never_asks(void)
 	pid_t child;
 	child_region(gid, 73, &child);
 	unsigned long asks = shm_tx_test_asks();
-	struct shm_tx *tx = shm_tx_attach(gid);
+	struct shm_tx *tx = shm_tx_attach(gid, TEST_SLOT);
 	CHECK(!tx && shm_tx_test_asks() == asks, "unprepared: no ring, asked %lu times", shm_tx_test_asks() - asks);
-	shm_tx_prepare(gid);
+	shm_tx_prepare(gid, TEST_SLOT);
 	shm_tx_test_expire();  /* as a second later */
 	asks = shm_tx_test_asks();
-	tx = shm_tx_attach(gid);
+	tx = shm_tx_attach(gid, TEST_SLOT);
 	CHECK(!tx && shm_tx_test_asks() == asks, "the prepared answer expired: no ring, asked %lu times",
 	      shm_tx_test_asks() - asks);
 	tx = attach(gid);
@@ -1163,8 +1167,8 @@ static void test_attach_never_asks(void)
 	shm_tx_detach(tx);
 	test_gid(none, 74);  /* nobody's socket */
 	asks = shm_tx_test_asks();
-	shm_tx_prepare(none);
-	shm_tx_prepare(none);
+	shm_tx_prepare(none, TEST_SLOT);
+	shm_tx_prepare(none, TEST_SLOT);
 	CHECK(shm_tx_test_asks() == asks + 2, "no socket: not cached, asked again (%lu asks)", shm_tx_test_asks() - asks);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
@@ -1180,7 +1184,7 @@ static void test_attach_never_asks(void)
 static uint8_t cancel_gid[16];
 static void *prepare_thread(void *arg)
 {
-	shm_tx_prepare(arg ? (const uint8_t *)arg : cancel_gid);
+	shm_tx_prepare(arg ? (const uint8_t *)arg : cancel_gid, TEST_SLOT);
 	for (;;)
 		pause();  /* a cancellation point: the cancel lands here at the latest */
 	return NULL;
@@ -1188,7 +1192,7 @@ static void *prepare_thread(void *arg)
 
 static void *prepare_then_done(void *arg)
 {
-	shm_tx_prepare((const uint8_t *)arg);
+	shm_tx_prepare((const uint8_t *)arg, TEST_SLOT);
 	return arg;
 }
 
@@ -1251,7 +1255,7 @@ static int accept_fails_wakes(bool hard)
 	if (!rx)
 		return -1;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path));
+	shm_test_socket_path(gid, TEST_SLOT, sa.sun_path, sizeof(sa.sun_path));
 	int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -1301,10 +1305,10 @@ static void test_accept_fails(void)
 /* Connect to gid's socket and wait up to wait_ms for the region's fd:
  * 1 an fd came (closed again), 0 the owner closed the connection without
  * one, -1 no answer (or no connection). */
-static int ask_raw(const uint8_t gid[16], int wait_ms)
+static int ask_raw(const uint8_t gid[16], unsigned slot, int wait_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (!shm_test_socket_path(gid, sa.sun_path, sizeof(sa.sun_path)))
+	if (!shm_test_socket_path(gid, slot, sa.sun_path, sizeof(sa.sun_path)))
 		return -1;
 	/* non-blocking: the backlog of unanswered connections fills up (EAGAIN) */
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1335,13 +1339,15 @@ static int ask_raw(const uint8_t gid[16], int wait_ms)
 
 /* The owner of the stalled-listener test: a device with its engine (UDP
  * on its own 127.64.x.y, and rings), run out of fds at the hard limit,
- * then given some back.  It tells the parent its GID, waits until its
+ * then given some back.  It tells the parent its GID and QPN slot (its
+ * region's key), waits until its
  * engine stalled a listener, frees its fds, and says so. */
 static void stalled_owner(int to_parent, int from_parent)
 {
 	struct uroce_dev *dev = uroce_dev_open(NULL, true);
 	char c = 0;
-	if (!dev || write(to_parent, dev->cfg.gids[0], 16) != 16)
+	if (!dev || write(to_parent, dev->cfg.gids[0], 16) != 16 ||
+	    write(to_parent, &dev->net->qpn_slot, sizeof(unsigned)) != sizeof(unsigned))
 		_exit(1);
 	int held[8];
 	for (int i = 0; i < 8; i++)
@@ -1380,18 +1386,20 @@ static void test_stalled_listener_rearmed(void)
 	close(up[1]);
 	close(down[0]);
 	uint8_t gid[16];
+	unsigned slot = 0;
 	char c;
-	CHECK(read(up[0], gid, 16) == 16 && read(up[0], &c, 1) == 1, "the owner's device is open, its fds used up");
+	CHECK(read(up[0], gid, 16) == 16 && read(up[0], &slot, sizeof(slot)) == sizeof(slot) && read(up[0], &c, 1) == 1,
+	      "the owner's device is open, its fds used up");
 	/* connections until the owner says its listener stalled: the spare
 	 * one is closed (0), the next one is left unanswered */
 	int closed = 0;
 	struct pollfd pfd = { .fd = up[0], .events = POLLIN };
 	for (int i = 0; i < 200 && poll(&pfd, 1, 0) == 0; i++)
-		closed += ask_raw(gid, 20) == 0;
+		closed += ask_raw(gid, slot, 20) == 0;
 	CHECK(poll(&pfd, 1, 10000) == 1 && read(up[0], &c, 1) == 1, "the owner's listener stalled and its fds are free");
 	int got = 0;
 	for (int i = 0; i < 100 && got != 1; i++)
-		got = ask_raw(gid, 50);
+		got = ask_raw(gid, slot, 50);
 	CHECK(got == 1, "then a producer gets the region (%d; %d closed on the spare fd)", got, closed);
 	if (write(down[1], &c, 1) != 1) {
 	}
@@ -1787,7 +1795,7 @@ static void *churn_regions(void *arg)
 	uint8_t own[16];
 	test_gid(own, 91);
 	while (!atomic_load(&churn_stop)) {
-		struct shm_rx *rx = shm_rx_open(own);
+		struct shm_rx *rx = shm_rx_open(own, TEST_SLOT);
 		shm_tx_detach(attach(own));  /* region_own: a dup, reopened, closed */
 		shm_rx_close(rx);
 		shm_tx_detach(attach(peer));  /* an ask: a received fd, reopened, closed */
@@ -1863,13 +1871,13 @@ static int dir_replaced_child(void)
 	uint8_t g1[16], g2[16];
 	test_gid(g1, 80);
 	test_gid(g2, 81);
-	struct shm_rx *a = shm_rx_open(g1);
+	struct shm_rx *a = shm_rx_open(g1, TEST_SLOT);
 	int rc = a ? 0 : 2;
 	/* as root again (the saved uid): the directory goes, another user's comes */
 	if (rc == 0 && (seteuid(0) < 0 || rename(dir, old) < 0 || mkdir(dir, 0777) < 0 || chmod(dir, 0777) < 0 ||
 			chown(dir, u + 1, u + 1) < 0 || seteuid(u) < 0))
 		rc = 2;
-	struct shm_rx *b = rc == 0 ? shm_rx_open(g2) : NULL;
+	struct shm_rx *b = rc == 0 ? shm_rx_open(g2, TEST_SLOT) : NULL;
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d)))
