@@ -550,11 +550,14 @@ static void populate(void *p, size_t len, bool write)
  * user namespace uid every other unmapped uid reads as the overflow uid
  * too, so no check of a uid would mean anything: no rings there. */
 #define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
+/* the bound in force: tests whose owner is a forked child, slow to be
+ * scheduled on a loaded machine, lengthen it (shm_test_connect_wait) */
+static atomic_int connect_wait_ms = SHM_CONNECT_WAIT_MS;
 /* A coalesced waiter waits at most twice an ask's bound for the asker's
  * answer (peer_resolve), then goes by UDP: an asker is never cancelled
  * (cancellation is off across the public entries, shm_nocancel), so the
  * bound is only a backstop. */
-#define SHM_ASK_WAIT_NS (2ull * SHM_CONNECT_WAIT_MS * 1000000ull)
+#define SHM_ASK_WAIT_NS (2ull * (unsigned)atomic_load(&connect_wait_ms) * 1000000ull)
 /* fds one message may carry (SCM_MAX_FD, include/net/scm.h): all are
  * received, so that we close every one ourselves (close_foreign); fds that
  * do not fit the control buffer (MSG_CTRUNC) the kernel releases in the
@@ -1381,7 +1384,7 @@ static int region_ask(const uint8_t key[SHM_KEY], bool *immediate)
 	*immediate = rc < 0 && (errno == ENOENT || errno == ECONNREFUSED);
 	if (rc == 0 && peer_is_us(s)) {
 		struct pollfd pfd = { .fd = s, .events = POLLIN };
-		if (poll(&pfd, 1, SHM_CONNECT_WAIT_MS) == 1 && (pfd.revents & POLLIN)) {
+		if (poll(&pfd, 1, atomic_load(&connect_wait_ms)) == 1 && (pfd.revents & POLLIN)) {
 			struct fd_msg m;
 			fd_msg_init(&m, sizeof(m.u.b));
 			/* the fds it brings are ours from here: tracked or closed
@@ -1636,6 +1639,11 @@ bool shm_test_socket_path(const uint8_t gid[16], unsigned slot, char *path, size
 unsigned long shm_test_foreign_closes(void)
 {
 	return atomic_load(&foreign_by_thread);
+}
+
+void shm_test_connect_wait(int ms)
+{
+	atomic_store(&connect_wait_ms, ms > 0 ? ms : SHM_CONNECT_WAIT_MS);
 }
 
 void shm_test_passrights(bool refuse)

@@ -149,6 +149,9 @@ unsigned long shm_tx_test_asks(void);
 /* Tests: how many fds a peer handed us were closed by a thread of their
  * own (close_foreign). */
 unsigned long shm_test_foreign_closes(void);
+/* Tests: how long a producer waits for an owner's answer (ms; 0: the
+ * default, SHM_CONNECT_WAIT_MS). */
+void shm_test_connect_wait(int ms);
 /* Tests: whether regions opened from here refuse fds on their socket
  * (SO_PASSRIGHTS 0; false: as on a kernel before 6.16). */
 void shm_test_passrights(bool refuse);

@@ -591,7 +591,11 @@ static void test_no_fds_to_owner(void)
 	int passed = open("/dev/null", O_RDONLY | O_CLOEXEC), s = -1;
 	ssize_t n = 0;
 	/* EPIPE: the owner served and closed this connection before the
-	 * message went (1-2 runs in 100 under ASan): inconclusive, again */
+	 * message went (1-2 runs in 100 under ASan, every attempt under
+	 * ctest -j2): inconclusive, again.  The owner stopped meanwhile: a
+	 * connect completes in its listener's backlog all the same, and the
+	 * connection is the listener's (SO_PASSRIGHTS 0) from then on */
+	kill(child, SIGSTOP);
 	for (int attempt = 0; attempt < 8; attempt++) {
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	CHECK(s >= 0 && passed >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connected to it");
@@ -613,6 +617,7 @@ static void test_no_fds_to_owner(void)
 	s = -1;
 	}
 	CHECK(n < 0 && errno == EPERM, "an fd sent to the owner is refused (sendmsg %zd, %s)", n, strerror(errno));
+	kill(child, SIGCONT);
 	if (s >= 0)
 		close(s);
 	close(passed);
@@ -934,6 +939,10 @@ static void lingering_owner(const uint8_t gid[16], int how, int sock, int ready)
 static void test_lingering_fds_from_owner(void)
 {
 	static const char *what[] = { "beside the answer", "behind the answer", "behind an empty message" };
+	/* the owner is a forked child: on a loaded machine (ctest -j2 beside
+	 * a spinning uroce process) it missed the 50 ms answer bound 8 times
+	 * running; what is tested here is what happens after the answer */
+	shm_test_connect_wait(5000);
 	for (int how = 0; how < 3; how++) {
 		for (int attempt = 0;; attempt++) {
 			uint8_t gid[16];
@@ -941,7 +950,7 @@ static void test_lingering_fds_from_owner(void)
 			 * one found the earlier attempt's ask still cached and
 			 * never connected, so the owner waited in accept and
 			 * this test for its status, past ctest's 60 s (CI, ASan) */
-			test_gid(gid, (uint8_t)(200 + 3 * attempt + how));
+			test_gid(gid, (uint8_t)(180 + 3 * attempt + how));
 			int peer, sock = lingering_tcp(&peer), p[2];
 			char c = 0, sent = 0;
 			CHECK(sock >= 0, "a lingering TCP socket");
@@ -967,18 +976,22 @@ static void test_lingering_fds_from_owner(void)
 			waitpid(child, NULL, 0);
 			close(p[0]);
 			close(p[1]);
-			if (sent != 'S' && attempt < 7) {
+			/* the producer may refuse and close on the first message
+			 * before the ones behind it went: the owner's send fails,
+			 * the attempt is inconclusive (about one in two under load) */
+			if (sent != 'S' && attempt < 19) {
 				close(peer);
 				printf("# %s: the owner answered after the producer gave up; again\n", what[how]);
 				continue;
 			}
-			CHECK(sent == 'S', "%s: the owner answered in time (8 attempts)", what[how]);
+			CHECK(sent == 'S', "%s: the owner answered in time (20 attempts)", what[how]);
 			CHECK(!tx, "%s: refused", what[how]);
 			CHECK(reset_seen(peer), "%s: the lingering socket was reset, not held (attach took %.3f s)", what[how], took);
 			CHECK(shm_test_foreign_closes() > by_thread, "%s: closed by a thread of its own", what[how]);
 			break;
 		}
 	}
+	shm_test_connect_wait(0);
 }
 
 /* Third review, item 2, on kernels before 6.16 (no SO_PASSRIGHTS; the
