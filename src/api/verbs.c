@@ -442,19 +442,63 @@ EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
 	return 0;
 }
 
+/* The address back to a UD datagram's sender, from its completion and
+ * the 40-byte GRH area (roce-wire.md §9: the IPv6 header, or 20 zero
+ * bytes then the IPv4 header): the sender's address is the destination,
+ * ours the source GID (udaddy's reply AH, cm-wire.md §6.1 item 12). */
 EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
 			       struct ibv_ah_attr *ah_attr)
 {
-	(void)ctx; (void)port; (void)wc; (void)grh; (void)ah_attr;
-	errno = EOPNOTSUPP;
-	return -1;
+	struct uroce_dev *dev = to_uctx(ctx)->dev;
+	const uint8_t *g = (const uint8_t *)grh;
+	uint8_t peer[16], ours[16] = { 0 };
+
+	if (!wc || !grh || !ah_attr || !(wc->wc_flags & IBV_WC_GRH)) {
+		errno = EINVAL; /* RoCE routes by the GRH alone */
+		return -1;
+	}
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	if ((g[0] >> 4) == 6) {
+		memcpy(peer, g + 8, 16);
+		memcpy(ours, g + 24, 16);
+		ah_attr->grh.traffic_class = (uint8_t)((g[0] & 0xF) << 4 | g[1] >> 4);
+		ah_attr->grh.flow_label = ((uint32_t)(g[1] & 0xF) << 16 | (uint32_t)g[2] << 8 | g[3]);
+	} else if ((g[20] >> 4) == 4) {
+		memset(peer, 0, 10);
+		peer[10] = peer[11] = 0xFF;
+		memcpy(ours, peer, 12);
+		memcpy(peer + 12, g + 20 + 12, 4);
+		memcpy(ours + 12, g + 20 + 16, 4);
+		ah_attr->grh.traffic_class = g[21];
+	} else {
+		errno = EINVAL;
+		return -1;
+	}
+	int idx = -1;
+	for (int i = 0; i < dev->cfg.ngids && idx < 0; i++)
+		if (!memcmp(dev->cfg.gids[i], ours, 16))
+			idx = i;
+	if (idx < 0) {
+		errno = EINVAL; /* sent to no address of ours */
+		return -1;
+	}
+	ah_attr->dlid = (uint16_t)wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port;
+	ah_attr->is_global = 1;
+	memcpy(ah_attr->grh.dgid.raw, peer, 16);
+	ah_attr->grh.sgid_index = (uint8_t)idx;
+	ah_attr->grh.hop_limit = 0xFF; /* rdma-core's choice for a reply */
+	return 0;
 }
 
 EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)
 {
-	(void)pd; (void)wc; (void)grh; (void)port;
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct ibv_ah_attr a;
+	if (!pd || ibv_init_ah_from_wc(pd->context, port, wc, grh, &a))
+		return NULL;
+	return ibv_create_ah(pd, &a);
 }
 
 EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)

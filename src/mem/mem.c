@@ -1,4 +1,5 @@
 #include "mem.h"
+#include "../core/place.h"
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -199,10 +200,7 @@ enum uroce_mem_verdict mem_sge_copy_to(struct uroce_dev *dev, struct uroce_pd *p
 
 	if (v != MEM_OK)
 		return v;
-	for (uint32_t i = 0; i < k; i++) {
-		memcpy(seg[i].addr, src, seg[i].len);
-		src += seg[i].len;
-	}
+	place_segs(seg, k, src);  /* the last byte last (core/place.h) */
 	return MEM_OK;
 }
 

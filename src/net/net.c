@@ -398,3 +398,35 @@ void net_rx_sleeping(struct uroce_net *net, bool sleeping)
 	if (net->wire.ops->rx_sleeping)
 		net->wire.ops->rx_sleeping(&net->wire, sleeping);
 }
+
+/* ------------------------------------------------------------ rdma_cm (cm/) */
+
+int net_cm_port_claim(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
+{
+	for (int i = 0; i < UROCE_MAX_GIDS; i++) {
+		if (!net->share[i] || (gid_index >= 0 && i != gid_index))
+			continue;
+		int rc = share_port_claim(net->share[i], ps, port);
+		if (rc < 0) {
+			while (--i >= 0)
+				if (net->share[i] && (gid_index < 0 || i == gid_index))
+					share_port_release(net->share[i], ps, port);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void net_cm_port_release(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
+{
+	for (int i = 0; i < UROCE_MAX_GIDS; i++)
+		if (net->share[i] && (gid_index < 0 || i == gid_index))
+			share_port_release(net->share[i], ps, port);
+}
+
+void net_cm_enable(struct uroce_net *net)
+{
+	for (int i = 0; i < UROCE_MAX_GIDS; i++)
+		if (net->share[i])
+			share_cm_enable(net->share[i]);
+}

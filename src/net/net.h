@@ -242,4 +242,14 @@ static inline void net_tap_rx(struct uroce_net *net, const struct uroce_rxpkt *p
 		pcap_tap_write(net->pcap, p->sgid, p->dgid, p->sport, 4791, ip_id, p->tos, p->ttl, &iov, 1);
 	}
 }
+/* rdma_cm (cm/) on shared addresses (share.h): a port bound by this
+ * process on GID gid_index (-1: all), 0 or -EADDRINUSE when another process
+ * of the address holds it; released; this process runs a CM (QP1).  On an
+ * address nobody shares they do nothing (the process's own table is
+ * cm/'s).  A CM comm ID carries net->qpn_slot in its high bits
+ * (SHARE_COMM_ID_SHIFT), so a reply finds the process. */
+int net_cm_port_claim(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port);
+void net_cm_port_release(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port);
+void net_cm_enable(struct uroce_net *net);
+
 #endif

@@ -6,6 +6,7 @@
 #include "shm.h"
 #include "../util/clock.h"
 #include "../util/log.h"
+#include "../wire/cm_mad.h"
 #include "../wire/hdr.h"
 #include "../wire/ip.h"
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +56,21 @@ struct share_slot {
 	_Atomic uint32_t index;              /* its socket's index in the group, as of round index_gen */
 	_Atomic uint32_t index_gen;
 	_Atomic uint32_t fwd_port;           /* its forward socket's port (host order; 0: none) */
-	uint8_t pad[52];
+	_Atomic uint32_t cm;                 /* 1: it runs a connection manager (QP1, cm/) */
+	uint8_t pad[48];
 };
+
+/* The rdma_cm ports bound on the address (issue #15 item 2), per port
+ * space: the binder's slot, valid while the binder holds the port's lock
+ * (an OFD lock on byte SHARE_PORT_LOCKS + space * 65536 + port, released
+ * by the kernel when it exits), so a REQ finds the process of its port. */
+#define SHARE_PORT_SPACES 4
+#define SHARE_PORT_LOCKS ((off_t)1 << 32)
 
 struct share_map {
 	struct share_hdr hdr;
 	struct share_slot slot[SHARE_SLOTS];
+	_Atomic uint16_t port_owner[SHARE_PORT_SPACES][65536];
 };
 
 struct share {
@@ -239,7 +250,13 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 	if (fd < 0)
 		return fd;
 	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct share_map)) {
+	/* a registry made before the port table was: grown (sparse, zero) */
+	if (fstat(fd, &st) < 0)
+		st.st_size = 0;
+	if (st.st_size >= (off_t)offsetof(struct share_map, port_owner) && st.st_size < (off_t)sizeof(struct share_map) &&
+	    ftruncate(fd, sizeof(struct share_map)) == 0)
+		st.st_size = sizeof(struct share_map);
+	if (st.st_size < (off_t)sizeof(struct share_map)) {
 		close(fd);
 		return -EIO;
 	}
@@ -275,6 +292,7 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 	struct share_slot *me = &m->slot[slot];
 	atomic_store(&me->fwd_port, 0);
 	atomic_store(&me->index_gen, 0);
+	atomic_store(&me->cm, 0);
 	*out = sh;
 	return 0;
 }
@@ -284,8 +302,10 @@ void share_close(struct share *sh)
 	if (!sh)
 		return;
 	/* a forked child closing its copy: the slot stays its parent's */
-	if (sh->map && sh->opener == getpid())
+	if (sh->map && sh->opener == getpid()) {
 		atomic_store(&sh->map->slot[sh->slot].fwd_port, 0);
+		atomic_store(&sh->map->slot[sh->slot].cm, 0);
+	}
 	if (sh->map) {
 		if (sh->guard >= 0)
 			shm_unguard_mapping(sh->guard);
@@ -516,4 +536,94 @@ bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxp
 	pk->buf = buf + sizeof(w);
 	pk->len = len - (uint32_t)sizeof(w);
 	return true;
+}
+
+/* ------------------------------------------------------------ rdma_cm ports and QP1 */
+
+static int port_space_index(uint16_t ps)
+{
+	switch (ps) {
+	case CM_PS_TCP: return 0;
+	case CM_PS_UDP: return 1;
+	case CM_PS_IB: return 2;
+	case CM_PS_IPOIB: return 3;
+	default: return -1;
+	}
+}
+
+static off_t port_lock_at(int psi, uint16_t port)
+{
+	return SHARE_PORT_LOCKS + (off_t)psi * 65536 + port;
+}
+
+int share_port_claim(struct share *sh, uint16_t ps, uint16_t port)
+{
+	int psi = port_space_index(ps);
+	if (psi < 0)
+		return -EINVAL;
+	/* another process's bind holds it (our own OFD locks conflict with
+	 * nobody of ours: cm/ checks the process's ports first) */
+	if (lock_byte(sh->fd, port_lock_at(psi, port), F_WRLCK, false) < 0)
+		return errno == EAGAIN || errno == EACCES ? -EADDRINUSE : -errno;
+	atomic_store(&sh->map->port_owner[psi][port], (uint16_t)sh->slot);
+	return 0;
+}
+
+void share_port_release(struct share *sh, uint16_t ps, uint16_t port)
+{
+	int psi = port_space_index(ps);
+	if (psi < 0)
+		return;
+	uint16_t me = (uint16_t)sh->slot;
+	atomic_compare_exchange_strong(&sh->map->port_owner[psi][port], &me, 0);
+	lock_byte(sh->fd, port_lock_at(psi, port), F_UNLCK, false);
+}
+
+void share_cm_enable(struct share *sh)
+{
+	atomic_store(&sh->map->slot[sh->slot].cm, 1);
+}
+
+/* The slot whose CM a QP1 packet is for (share.h) */
+unsigned share_cm_owner(struct share *sh, const uint8_t *pkt, uint32_t len)
+{
+	/* BTH, DETH, the 256-byte MAD, ICRC (cm-wire.md §3.1) */
+	if (len < BTH_LEN + 8 + MAD_LEN + ICRC_LEN || bth_opcode(pkt) != 0x64)
+		return 0;
+	const uint8_t *mad = pkt + BTH_LEN + 8, *b = mad + MAD_HDR_LEN;
+	if (mad_class(mad) != MAD_CLASS_CM)
+		return 0;
+	uint32_t id;
+	if (cm_receiver_id(mad, &id)) {
+		unsigned s = share_slot_of_comm_id(id);
+		if (s == sh->slot || (s >= SHARE_SLOT_FIRST && s <= SHARE_SLOT_LAST && slot_held(sh->fd, s)))
+			return s;
+		goto any_cm; /* nobody's ID: a CM of the address drops and counts it, or answers a DREQ */
+	}
+	uint16_t attr = mad_attr(mad);
+	if (attr != CM_ATTR_REQ && attr != CM_ATTR_SIDR_REQ)
+		goto any_cm;
+	uint64_t sid = ld64(b + (attr == CM_ATTR_REQ ? REQ_SERVICE_ID : SIDR_REQ_SERVICE_ID));
+	int psi = port_space_index((uint16_t)(sid >> 16));
+	if (psi >= 0 && !(sid >> 32)) {
+		uint16_t port = (uint16_t)sid;
+		unsigned s = atomic_load(&sh->map->port_owner[psi][port]);
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = port_lock_at(psi, port),
+				    .l_len = 1 };
+		/* held by another open than ours, or ours */
+		if (s >= SHARE_SLOT_FIRST && s <= SHARE_SLOT_LAST &&
+		    ((fcntl(sh->fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) || s == sh->slot))
+			return s;
+	}
+	/* nobody's port: a CM of the address rejects it (REJ 8, SIDR status 1),
+	 * ours when we have one */
+any_cm:
+	if (atomic_load(&sh->map->slot[sh->slot].cm))
+		return sh->slot;
+	uint8_t held[SHARE_SLOTS];
+	live_slots(sh, held);
+	for (unsigned s = SHARE_SLOT_FIRST; s <= SHARE_SLOT_LAST; s++)
+		if (held[s] && atomic_load(&sh->map->slot[s].cm))
+			return s;
+	return 0;
 }

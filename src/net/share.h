@@ -80,6 +80,23 @@ void share_rx_tick(struct share *sh);
  * in place); false when it is no forward of our registry's. */
 bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxpkt *pk);
 
+/* rdma_cm on a shared address (cm/): an rdma_cm port of space ps bound by
+ * this process (0, -EADDRINUSE when another process holds it) and let go;
+ * this process runs a CM; and, for a QP1 packet (BTH on), the slot whose CM
+ * it is for -- the comm ID a reply names (share_comm_id), a REQ's port's
+ * binder, else a process that runs a CM to reject it -- or 0: ours to
+ * handle. */
+int share_port_claim(struct share *sh, uint16_t ps, uint16_t port);
+void share_port_release(struct share *sh, uint16_t ps, uint16_t port);
+void share_cm_enable(struct share *sh);
+unsigned share_cm_owner(struct share *sh, const uint8_t *pkt, uint32_t len);
+/* A CM comm ID names its process by the slot in its high bits, as a QPN. */
+#define SHARE_COMM_ID_SHIFT 22
+static inline unsigned share_slot_of_comm_id(uint32_t id)
+{
+	return id >> SHARE_COMM_ID_SHIFT;
+}
+
 /* Tests: whether other live processes hold slots of this registry now;
  * whether more than one holds slots of gid's (from a fresh open of it). */
 bool share_test_others(struct share *sh);

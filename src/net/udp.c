@@ -729,7 +729,11 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 				/* segment k of a GSO send carried IPv4 ID k (net.h) */
 				pk->ip_id_hint = idx;
 				if (sh && pk->len >= BTH_LEN) {
-					unsigned slot = share_slot_of(bth_qpn(pk->buf));
+					uint32_t dqpn = bth_qpn(pk->buf);
+					unsigned slot = share_slot_of(dqpn);
+					/* QP1 is every process's: the CM MAD names its process */
+					if (dqpn == 1)
+						slot = share_cm_owner(sh, pk->buf, pk->len);
 					if (slot != be->net->qpn_slot && slot >= SHARE_SLOT_FIRST && slot <= SHARE_SLOT_LAST) {
 						/* the group's order changed, or a
 						 * member has not learnt its index yet */

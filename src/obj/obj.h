@@ -40,6 +40,9 @@ int uroce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 
 struct ibv_qp *uroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+/* A UD QP numbered 1, the GSI QP of the connection manager (cm/); EBUSY
+ * when the process has one. */
+struct ibv_qp *uroce_create_gsi_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 int uroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int uroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 int uroce_destroy_qp(struct ibv_qp *qp);

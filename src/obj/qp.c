@@ -29,7 +29,7 @@ static void qp_free(struct uroce_qp *qp)
 	free(qp);
 }
 
-struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a, bool gsi)
 {
 	struct uroce_dev *dev = to_uctx(ctx)->dev;
 	struct uroce_qp *qp;
@@ -157,7 +157,18 @@ struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_at
 	 * slot names this process on a shared address (net/share.h), the
 	 * index moves on with every QP, so a QPN comes back only after
 	 * UROCE_MAX_QP others (a destroyed QP's late packets find no QP) */
-	for (;;) {
+	if (gsi) {
+		/* QP1 (GSI): the connection manager's (cm/), one per process;
+		 * on a shared address net/ hands each process the QP1 packets
+		 * that name it (net/share.h) */
+		if (atomic_load(&dev->qp_table[1])) {
+			pthread_mutex_unlock(&dev->lock);
+			err = EBUSY;
+			goto fail;
+		}
+		qp->qpn = 1;
+	}
+	for (; !gsi;) {
 		uint32_t idx = dev->qpn_next++ & (UROCE_MAX_QP - 1);
 		if (idx < 2 || idx == UROCE_MAX_QP - 1 || atomic_load(&dev->qp_table[idx]))
 			continue;
@@ -198,6 +209,20 @@ fail:
 	free(qp);
 	errno = err;
 	return NULL;
+}
+
+struct ibv_qp *uroce_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	return create_qp(ctx, a, false);
+}
+
+struct ibv_qp *uroce_create_gsi_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .cap = attr->cap, .qp_type = IBV_QPT_UD,
+		.sq_sig_all = attr->sq_sig_all, .comp_mask = IBV_QP_INIT_ATTR_PD, .pd = pd,
+	};
+	return pd ? create_qp(pd->context, &a, true) : NULL;
 }
 
 struct ibv_qp *uroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)

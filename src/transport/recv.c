@@ -79,7 +79,9 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	net_tap_rx(dev->net, rx, ip_id);
 	/* 5. destination QP */
 	uint32_t qpn = bth_qpn(bth);
-	struct uroce_qp *qp = qpn > 1 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;
+	/* QP0 is IB's subnet management, absent on RoCE (§3.1); QP1 is the
+	 * connection manager's GSI QP when cm/ made one */
+	struct uroce_qp *qp = qpn != 0 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;
 	if (!qp) {
 		dev_count(dev, UC_drop_unknown_qp, 1);
 		return;

@@ -7,6 +7,7 @@
 #include "tx.h"
 #include "../core/async.h"
 #include "../core/cq_ring.h"
+#include "../core/place.h"
 #include "../mem/mem.h"
 #include "../mem/mw.h"
 
@@ -211,7 +212,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if ((mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
-		memcpy(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);
+		place_bytes(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);  /* core/place.h */
 	}
 	qp->resp.write_va += pkt->paylen;
 	qp->resp.write_left -= pkt->paylen;

@@ -67,7 +67,16 @@
 	X(share_unowned, "packets dropped: for a QP slot of a shared address that no live process holds") \
 	X(share_forward_failed, "packets dropped: the forward to their process could not be sent (its socket buffer full)") \
 	X(share_probes_rx, "probes received that told this process its place in a shared address's group") \
-	X(share_bad, "datagrams on a shared address's forward socket that were no forward of its registry")
+	X(share_bad, "datagrams on a shared address's forward socket that were no forward of its registry") \
+	X(cm_mads_tx, "connection manager MADs sent on QP1 (cm/)") \
+	X(cm_mads_rx, "connection manager MADs received on QP1") \
+	X(cm_mads_bad, "QP1 datagrams dropped: no well-formed CM MAD (size, versions, class, method, attribute, fields)") \
+	X(cm_mads_unmatched, "CM MADs dropped: they name no connection of ours, or one in another state") \
+	X(cm_retransmits, "CM MADs sent again on a timeout (REQ, REP, DREQ, SIDR_REQ)") \
+	X(cm_rejects_tx, "REJs sent (no listener, a rejection, a failed REQ or REP)") \
+	X(cm_conns_made, "CM connection records made (a connect, a REQ or SIDR_REQ received)") \
+	X(cm_conns_freed, "CM connection records freed (their id destroyed and the protocol, timewait too, over)") \
+	X(cm_backlog_drops, "REQs and SIDR_REQs dropped: their listener's backlog of unread requests was full")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

@@ -43,6 +43,21 @@
 # its length, and no failed send.
 # Needs root (network namespace, qemu); exits 77 (skipped) only when the VM
 # harness is absent or the user is not root.
+#
+# rdma_cm tools (rdmacm-utils rping, ucmatose, udaddy; perftest with -R):
+# the connection is made by IB CM MADs on QP1 (uroce's src/cm on the host,
+# the kernel's rdma_cm in the VM), so they take addresses, not a device and a
+# GID index, and their words differ per tool (cm_args below): rping -s -a SELF
+# / -c -a SERVER; ucmatose and udaddy listen on the wildcard and take
+# -s SERVER on the client only; perftest keeps -d/-x/-F and its trailing
+# server address, -R is in ARGS (on both sides).  A host client waits until
+# the VM has started the step's server (STEP-START on its console), and any
+# client that is rejected for want of a listener (REJ 8; SIDR status 1) is
+# started again, as the TCP tools are when connect() finds no server.
+# A perftest -R client on the host runs under RXE_CM_DELAY_LIB when set
+# (cm_connect_delay.c: perftest's own data-connection race).
+# Besides the checks above a CM case also writes a decode of every CM MAD
+# of the capture (cm.txt next to capture.pcap; RXE_KEEP=1 keeps both).
 set -uo pipefail
 mode=$1; work=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -111,11 +126,24 @@ linger_lib=${RXE_LINGER_LIB:-}
 linger_ms=${RXE_LINGER_MS:-250}
 . "$vm/lib.sh"
 
+cm=0
 case $tool in
 ibv_*) gid=-g; extra= ;;
-ib_*)  gid=-x; extra=-F ;;
+ib_*)  gid=-x; extra=-F; case " $args " in *" -R "*) cm=1 ;; esac ;;
+rping|ucmatose|udaddy) gid= extra= cm=1 ;;
 *) echo "unknown tool $tool"; exit 2 ;;
 esac
+# cm_args SIDE SELF PEER: an rdma_cm tool's arguments before ARGS and the
+# step's MTU option (SIDE vm|host; PEER empty on the server)
+cm_args() {
+	case $tool in
+	rping) [ -n "$3" ] && echo "-c -a $3" || echo "-s -a $2" ;;
+	ucmatose|udaddy) [ -n "$3" ] && echo "-s $3" ;;
+	ib_*) [ "$1" = vm ] && echo "-d rxe0 -x 1 -F" || echo "-x 0 -F" ;;
+	esac
+}
+# and after them: perftest's server address comes last
+cm_tail() { case $tool in ib_*) echo "$1" ;; esac; }
 case $dir in
 rxe-server) vm_peer=; host_peer=198.18.0.2 ;;
 rxe-client) vm_peer=198.18.0.1; host_peer= ;;
@@ -133,6 +161,8 @@ if [ "$tool" != "${tool#ibv_}" ] && [ -n "$linger_lib" ]; then
 fi
 # a client that finds no server listening yet: the pingpongs' and perftest's words
 noserver="Couldn't connect to|Unable to open file descriptor for socket connection|Unable to init the socket connection"
+# ... and an rdma_cm client's: no listener yet (REJ reason 8, SIDR status 1)
+[ $cm = 1 ] && noserver="$noserver|RDMA_CM_EVENT_REJECTED, error:? 8|RDMA_CM_EVENT_UNREACHABLE, error:? 1"
 lossq="tc qdisc add dev eth0 root handle 1: prio && tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $loss% && tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dport 4791 0xffff flowid 1:3"
 
 # the VM's script (shared read-only by 9p, so no command-line length limit)
@@ -163,7 +193,11 @@ EOF
 			pre=$vm_linger
 		fi
 		cli=0; [ -n "$vm_peer" ] && cli=1
-		echo "step $i $cli $pre $tool -d rxe0 $gid 1 $extra $args $m $vm_peer"
+		if [ $cm = 1 ]; then
+			echo "step $i $cli $pre $tool $(cm_args vm 198.18.0.2 "$vm_peer") $args $m $(cm_tail "$vm_peer")"
+		else
+			echo "step $i $cli $pre $tool -d rxe0 $gid 1 $extra $args $m $vm_peer"
+		fi
 	done
 } | sed "s/STEPTMO/$step_tmo/" >"$d/share/vm.sh"
 
@@ -177,9 +211,23 @@ host_steps() {
 		fault=() pre=()
 		[ "$s" = loss5 ] && fault=(UROCE_FAULT_DROP_TX="$loss%") pre=("${host_linger[@]}")
 		n=0
+		local -a cmd=($tool $gid 0 $extra $args $m $host_peer)
+		if [ $cm = 1 ]; then
+			cmd=($tool $(cm_args host 198.18.0.1 "$host_peer") $args $m $(cm_tail "$host_peer"))
+			# a client: not before the VM has started this step's server
+			if [ -n "$host_peer" ]; then
+				wait_log "$d/vm.log" "STEP-START $i:" $((step_tmo + 150)) && sleep "${RXE_CM_SERVER_DELAY:-1}"
+			fi
+		fi
+		# perftest -R's data-connection race (cm_connect_delay.c): the host
+		# client under the delay shim, ahead of uroce, as host_linger
+		if [ $cm = 1 ] && [ -n "$host_peer" ] && [ "$tool" != "${tool#ib_}" ] && [ -n "${RXE_CM_DELAY_LIB:-}" ]; then
+			pre=(env RXE_CM_DELAY_MS="${RXE_CM_DELAY_MS:-300}" sh -c 'LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}" exec "$@"' "$RXE_CM_DELAY_LIB")
+		fi
+		echo "${pre[*]} ${cmd[*]}" >"$d/host.$i.cmd"
 		while :; do
 			ip netns exec "$NS" env UROCE_ADDR=198.18.0.1 UROCE_SHM=0 UROCE_STATS=1 "${fault[@]}" \
-				timeout "$step_tmo" "$launcher" run -- "${pre[@]}" $tool $gid 0 $extra $args $m $host_peer \
+				timeout "$step_tmo" "$launcher" run -- "${pre[@]}" "${cmd[@]}" \
 				>"$d/host.$i.log" 2>&1
 			rc=$?
 			if [ -n "$host_peer" ] && [ $rc != 0 ] && [ $n -lt 150 ] && grep -qE "$noserver" "$d/host.$i.log"; then
@@ -230,7 +278,7 @@ for s in $steps; do
 	hrc=$(cat "$d/host.$i.rc" 2>/dev/null || echo none)
 	vrc=$(sed -n "s/.*STEP-EXIT $i rc=\([0-9]*\).*/\1/p" "$d/vm.log" | tail -1)
 	cnt=$(sed -n 's/^uroce:   \([a-z_]*\) *\([0-9]*\) .*/\1=\2/p' "$d/host.$i.log" |
-		grep -E '^(tx_packets|rx_packets|retransmits|timeouts|rto_probes|seq_naks_rx|seq_naks_tx|duplicates|dup_responses|icrc_errors|icrc_ipid_solved|drop_[a-z_]*|tx_errors)=' | tr '\n' ' ')
+		grep -E '^(tx_packets|rx_packets|retransmits|timeouts|rto_probes|seq_naks_rx|seq_naks_tx|duplicates|dup_responses|icrc_errors|icrc_ipid_solved|drop_[a-z_]*|tx_errors|cm_[a-z_]*)=' | tr '\n' ' ')
 	bad=$(sed -n 's/^uroce:   \(icrc_errors\|drop_truncated\|drop_bad_header\|tx_errors\) *\([0-9]*\) .*/\1=\2/p' "$d/host.$i.log" | tr '\n' ' ')
 	verdict=PASS why=
 	[ "$hrc" = 0 ] || { verdict=FAIL; why="$why host rc=$hrc"; }
@@ -248,6 +296,16 @@ for s in $steps; do
 done
 echo "--- capture $pcap ($secs s for the case):"
 icrc_verdict "$pcap" "$d/icrc.txt" || { echo "FAIL: ICRC"; fail=1; }
+if [ $cm = 1 ]; then
+	# every CM MAD, one line each from its raw bytes (cm_decode.py: tshark
+	# 4.0 misreads the REQ's flow-label word, cm-wire.md §3.4), then
+	# tshark's full decode
+	python3 "$here/cm_decode.py" "$pcap" >"$d/cm.txt" 2>&1
+	echo "CM MADs ($d/cm.txt):"
+	grep -v '^data ' "$d/cm.txt" | cut -c1-160 | head -40 | sed 's/^/    /'
+	{ echo; echo "--- tshark -V"; tshark -r "$pcap" -d udp.port==4791,infiniband -Y 'infiniband.deth.srcqp == 1' -V -x; } \
+		>>"$d/cm.txt" 2>/dev/null
+fi
 if [ $fail = 0 ]; then
 	[ "${RXE_KEEP:-0}" = 1 ] || rm -f "$pcap" "$d/icrc.txt"
 	echo "PASS $name"
