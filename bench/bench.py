@@ -87,6 +87,15 @@ ONESIDED_OP_LABEL = {"read": "READ", "write": "WRITE", "fadd": "FETCH_AND_ADD"}
 # target's median, and the p99 stays within 200 us
 ONESIDED_MAX_RATIO, ONESIDED_MAX_P99_US = 2.0, 200.0
 
+# "connection setup and block I/O" (issue #15's bench rows): cmtime's steps
+# for N rdma_cm connections beside N TCP connect/close (bench/tcp_connect),
+# and fio's rdma engine (4 KiB RDMA READs at iodepth 1 and 32; the engine
+# allows no random offsets) beside fio's net engine over TCP (pingpong=1: a
+# 4 KiB request, its 4 KiB echo: one round trip per I/O, as a READ is)
+CMTIME_STEPS = ["create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"]
+TCP_CONNECT_STEPS = ["connect", "close"]
+FIO_CASES = [("fio_rdma_read_qd1", 1), ("fio_rdma_read_qd32", 32), ("fio_tcp_pingpong_qd1", 1)]
+
 
 def fmt_size(n):
     if n >= 1 << 20 and n % (1 << 20) == 0:
@@ -794,6 +803,124 @@ class Bench:
             chosen = ONESIDED_TARGETS_QUICK if self.quick else ONESIDED_TARGETS
         return ["idle"] + [t for t in chosen if t != "idle"]  # idle: the ratios' baseline
 
+    # -- connection setup and block I/O (issue #15) ----------------------
+    @staticmethod
+    def parse_steps(text):
+        """cmtime's (and tcp_connect's) table: step -> (total ms, us per conn)."""
+        steps = {}
+        for line in text.splitlines():
+            m = re.match(r"^\s*([a-z ]+?)\s*:\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", line)
+            if m:
+                steps[m.group(1)] = (float(m.group(2)), float(m.group(5)))
+        return steps
+
+    def connect_pair(self, metric, server, client, ready, env_s, env_c, rep):
+        """A server that may never exit by itself (cmtime's) and its client,
+        started again while the server's CM still rejects (no listener yet)."""
+        srv = Proc(server, self.logbase(metric + "_server"), env_s)
+        t_end = time.monotonic() + 15.0
+        while not ready(srv) and time.monotonic() < t_end and not srv.poll():
+            time.sleep(0.05)
+        cli = None
+        for _ in range(10):
+            cli = Proc(client, self.logbase(metric + "_client"), env_c)
+            if not cli.wait(120):
+                cli.kill()
+                break
+            if cli.rc == 0 or "REJECTED" not in cli.out() + cli.err():
+                break
+            time.sleep(0.5)
+        srv.kill()
+        cmd = " ".join("%s=%s" % kv for kv in sorted((env_c or {}).items()) if kv[0] == "UROCE_ADDR")
+        cmd = (cmd + " " if cmd else "") + " ".join(client)
+        if cli is None or cli.rc != 0:
+            self.record(metric, 0, rep, False, reason="client rc %s: %s" % (cli.rc if cli else "-", cli.tail() if cli else ""),
+                        cmd=cmd)
+            return None
+        steps = self.parse_steps(cli.out())
+        if not steps:
+            self.record(metric, 0, rep, False, reason="no step table in the output: %s" % cli.tail(), cmd=cmd)
+            return None
+        vals = {}
+        for name, (total_ms, per_us) in steps.items():
+            key = name.replace(" ", "_")
+            vals[key + "_ms"] = total_ms
+            vals[key + "_us_per_conn"] = per_us
+        self.record(metric, 0, rep, True, vals, cmd=cmd)
+        return steps
+
+    def connect_section(self, rep):
+        n = self.args.connect_conns or (200 if self.quick else 1000)
+        sa, ca = "127.96.2.1", "127.96.2.2"
+        port = self.free_port()
+        env_s = dict(os.environ, UROCE_ADDR=sa)
+        env_c = dict(os.environ, UROCE_ADDR=ca)
+        self.connect_pair("cmtime", [self.uroce, "run", "--", "cmtime", "-b", sa, "-p", str(port), "-c", str(n)],
+                          [self.uroce, "run", "--", "cmtime", "-s", sa, "-p", str(port), "-c", str(n)],
+                          lambda p: time.sleep(1.0) or True, env_s, env_c, rep)
+        port = self.free_port()
+        tc = os.path.join(self.bindir, "tcp_connect")
+        self.connect_pair("tcp_connect", [tc, "-s", "127.0.0.1", str(port), str(n)],
+                          [tc, "-c", "127.0.0.1", str(port), str(n)], lambda p: listening_tcp(port), None, None, rep)
+
+    def fio_case(self, metric, qd, rep):
+        port = self.free_port()
+        secs = 1.0 if self.quick else 3.0
+        common = ["--bs=4k", "--size=64m", "--output-format=json"]
+        if metric.startswith("fio_rdma"):
+            sa, ca = "127.96.3.1", "127.96.3.2"
+            server = [self.uroce, "run", "--", "fio", "--name=srv", "--ioengine=rdma", "--port=%d" % port,
+                      "--rw=read"] + common
+            client = [self.uroce, "run", "--", "fio", "--name=cli", "--ioengine=rdma", "--hostname=" + sa,
+                      "--port=%d" % port, "--verb=read", "--rw=write", "--iodepth=%d" % qd, "--runtime=%g" % secs,
+                      "--time_based"] + common
+            env_s, env_c = dict(os.environ, UROCE_ADDR=sa), dict(os.environ, UROCE_ADDR=ca)
+            ready = lambda p: time.sleep(1.0) or True  # noqa: E731 - its CM port is no TCP socket
+            cmd = "UROCE_ADDR=%s " % ca + " ".join(client)
+        else:
+            server = ["fio", "--name=srv", "--ioengine=net", "--protocol=tcp", "--listen", "--port=%d" % port,
+                      "--rw=read", "--pingpong=1"] + common
+            client = ["fio", "--name=cli", "--ioengine=net", "--protocol=tcp", "--hostname=127.0.0.1",
+                      "--port=%d" % port, "--rw=write", "--pingpong=1", "--runtime=%g" % secs,
+                      "--time_based"] + common
+            env_s = env_c = None
+            ready = lambda p: listening_tcp(port)  # noqa: E731
+            cmd = " ".join(client)
+        srv = Proc(server, self.logbase(metric + "_server"), env_s)
+        t_end = time.monotonic() + 15.0
+        while not ready(srv) and time.monotonic() < t_end and not srv.poll():
+            time.sleep(0.02)
+        cli = Proc(client, self.logbase(metric + "_client"), env_c)
+        if not cli.wait(secs + 60):
+            cli.kill()
+        srv.wait(10)
+        srv.kill()
+        if cli.rc != 0:
+            self.record(metric, 4096, rep, False, reason="fio rc %s: %s" % (cli.rc, cli.tail()), cmd=cmd)
+            return
+        try:
+            w = json.loads(cli.out()[cli.out().index("{"):])["jobs"][0]["write"]
+            pct = w["clat_ns"].get("percentile", {})
+            vals = dict(iops=w["iops"], lat_mean_us=w["clat_ns"]["mean"] / 1e3,
+                        lat_median_us=pct.get("50.000000", 0) / 1e3, lat_p99_us=pct.get("99.000000", 0) / 1e3)
+        except (ValueError, KeyError, IndexError) as e:
+            self.record(metric, 4096, rep, False, reason="fio output: %s" % e, cmd=cmd)
+            return
+        self.record(metric, 4096, rep, True, vals, cmd=cmd)
+
+    def connect_and_fio_section(self):
+        reps = 1 if self.quick else self.reps
+        self.log("connection setup (cmtime vs TCP) and fio (rdma vs TCP), %d repetition(s)" % reps)
+        self.budget = max(self.budget, self.elapsed() + 300)
+        have_fio = shutil.which("fio") is not None
+        for rep in range(reps):
+            self.guard(self.connect_section, "cmtime", 0, rep, rep)
+            for metric, qd in FIO_CASES:
+                if have_fio:
+                    self.guard(self.fio_case, metric, 4096, rep, metric, qd, rep)
+                else:
+                    self.record(metric, 4096, rep, False, reason="fio not installed")
+
     # -- idle CPU -------------------------------------------------------
     def idle_cpu(self):
         """CPU used by uroce processes that sit with no traffic: an ib_write_bw
@@ -858,6 +985,9 @@ class Bench:
         if self.args.onesided:
             self.guard(self.onesided_section, "onesided", 0, 0)
             return
+        if self.args.connect:
+            self.connect_and_fio_section()
+            return
         self.log("idle CPU sample (%.0f s)" % self.cfg["idle_s"])
         self.guard(self.idle_cpu, "idle", 0, 0)
         write_read_lat_sizes = [s for s in self.sizes if s == 2] if self.quick else self.sizes
@@ -886,6 +1016,7 @@ class Bench:
             self.qperf[0].kill()
         # once, not per repetition: its own idle baseline is in it
         self.guard(self.onesided_section, "onesided", 0, 0)
+        self.connect_and_fio_section()
 
     # -- summary --------------------------------------------------------
     def summarize(self):
@@ -1025,9 +1156,46 @@ def onesided_table(b):
     return (title, hdr, rows)
 
 
+def connect_tables(b):
+    """cmtime's steps beside TCP's, and fio rdma beside fio over TCP."""
+    hdr = ["step", "uroce rdma_cm total ms", "us / conn", "TCP total ms", "us / conn", "uroce / TCP", "note"]
+    rows = []
+    pairs = [("create id", None), ("resolve addr", None), ("resolve route", None), ("create qp", None),
+             ("connect", "connect"), ("disconnect", "close"), ("destroy", None)]
+    for step, tcp_step in pairs:
+        k = step.replace(" ", "_")
+        u_ms, u_us = b.get("cmtime", 0, k + "_ms"), b.get("cmtime", 0, k + "_us_per_conn")
+        t_ms = b.get("tcp_connect", 0, tcp_step + "_ms") if tcp_step else None
+        t_us = b.get("tcp_connect", 0, tcp_step + "_us_per_conn") if tcp_step else None
+        note = "TCP: %s" % tcp_step if tcp_step else "(no TCP step)"
+        rows.append([step, num(u_ms), num(u_us), num(t_ms), num(t_us), rtxt(ratio(u_us, t_us)),
+                     "; ".join(x for x in (note, b.status("cmtime", 0)) if x)])
+    n = b.args.connect_conns or (200 if b.quick else 1000)
+    t1 = ("Connection setup: cmtime -c %d through uroce (two processes, two loopback addresses, every step of "
+          "all %d connections at once) beside bench/tcp_connect: %d TCP connect() then close() on loopback, "
+          "same run; median of the repetitions" % (n, n, n))
+    hdr2 = ["fio, 4 KiB", "IOPS", "xTCP", "mean us", "median us", "p99 us", "n", "note"]
+    rows2 = []
+    tcp_iops = b.get("fio_tcp_pingpong_qd1", 4096, "iops")
+    labels = {"fio_rdma_read_qd1": "uroce: rdma engine, RDMA READ, iodepth 1",
+              "fio_rdma_read_qd32": "uroce: rdma engine, RDMA READ, iodepth 32",
+              "fio_tcp_pingpong_qd1": "TCP: net engine, pingpong=1, iodepth 1"}
+    for metric, _ in FIO_CASES:
+        iops = b.get(metric, 4096, "iops")
+        rows2.append([labels[metric], num(iops), rtxt(ratio(iops, tcp_iops)), num(b.get(metric, 4096, "lat_mean_us")),
+                      num(b.get(metric, 4096, "lat_median_us")), num(b.get(metric, 4096, "lat_p99_us")),
+                      str((b.summary.get(metric, {}).get("4096") or {}).get("n_ok", 0)), b.status(metric, 4096)])
+    t2 = ("Block I/O: fio 3.33, 4 KiB, through uroce's rdma_cm and verbs (rdma engine: sequential, it allows no "
+          "random offsets) beside fio's net engine over loopback TCP (pingpong=1: a request and its echo per I/O; "
+          "the net engine has no deeper queue); same run")
+    return [(t1, hdr, rows), (t2, hdr2, rows2)]
+
+
 def tables(b):
     if b.args.onesided:
         return [onesided_table(b)]
+    if b.args.connect:
+        return connect_tables(b)
     S = b.sizes
     out_txt, out_md = [], []
 
@@ -1113,6 +1281,7 @@ def tables(b):
                      str((b.summary.get(metric, {}).get("0") or {}).get("n_ok", 0)), b.status(metric, 0)])
     out_txt.append(("uroce extras", hdr, rows))
     out_txt.append(onesided_table(b))
+    out_txt.extend(connect_tables(b))
     return out_txt
 
 
@@ -1265,12 +1434,17 @@ def main():
     ap.add_argument("--onesided-targets", default="",
                     help="target behaviours, comma separated (default all: %s; --quick: %s); idle always runs" % (
                         ",".join(ONESIDED_TARGETS), ",".join(ONESIDED_TARGETS_QUICK)))
+    ap.add_argument("--connect", action="store_true",
+                    help="run only the section 'connection setup and block I/O' (cmtime vs TCP, fio rdma vs TCP)")
+    ap.add_argument("--connect-conns", type=int, default=0,
+                    help="connections for cmtime and tcp_connect (default 1000, --quick 200)")
     ap.add_argument("--onesided-budget", type=float, default=600,
                     help="seconds the one-sided section may take, after which its runs are skipped (default 600)")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     if args.out is None:
-        args.out = os.path.join(here, "results-onesided" if args.onesided else "results")
+        args.out = os.path.join(here, "results-onesided" if args.onesided else
+                                "results-connect" if args.connect else "results")
     if args.reps < 1:
         ap.error("--reps must be >= 1")
 
@@ -1281,7 +1455,9 @@ def main():
         ap.error("--onesided-targets: unknown %s (known: %s)" % (",".join(bad), ",".join(ONESIDED_TARGETS)))
 
     b = Bench(args)
-    for path in (b.uroce, b.onesided_bin) if args.onesided else (b.uroce, b.pp_bin, b.memcpy, b.onesided_bin):
+    for path in ((b.uroce, b.onesided_bin) if args.onesided else
+                 (b.uroce, os.path.join(b.bindir, "tcp_connect")) if args.connect else
+                 (b.uroce, b.pp_bin, b.memcpy, b.onesided_bin, os.path.join(b.bindir, "tcp_connect"))):
         if not os.access(path, os.X_OK):
             print("bench.py: %s missing: build first (bench/run.sh does)" % path, file=sys.stderr)
             return 2
@@ -1293,7 +1469,8 @@ def main():
                 perftest=sh("dpkg-query -W -f '${Version}' perftest"), qperf=sh("dpkg-query -W -f '${Version}' qperf"),
                 gnuplot=sh("gnuplot --version"), python=platform.python_version(),
                 uroce_env={k: v for k, v in os.environ.items() if k.startswith("UROCE_")},
-                mode=("onesided " if args.onesided else "") + ("quick" if b.quick else "full"), reps=b.reps,
+                mode=("onesided " if args.onesided else "connect " if args.connect else "") +
+                ("quick" if b.quick else "full"), reps=b.reps,
                 sizes=b.sizes, config=b.cfg)
     try:
         meta["liburoce_mtime"] = datetime.datetime.fromtimestamp(os.path.getmtime(meta["liburoce"])).strftime(
@@ -1305,7 +1482,7 @@ def main():
     header = ["uroce benchmark  %s  host %s  %d CPUs (%s)  kernel %s" % (meta["date"], meta["host"], meta["cpus"],
                                                                          meta["cpu_model"], meta["kernel"]),
               ("uroce %s (liburoce.so built %s); mode %s, one pass" % (meta["git"], meta["liburoce_mtime"], meta["mode"])
-               if args.onesided else
+               if args.onesided or args.connect else
                "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
                    meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
                    ", ".join(fmt_size(s) for s in b.sizes))),
@@ -1325,7 +1502,7 @@ def main():
     header.append("load at end:   %s   (run took %.0f s)" % (meta["uptime_end"], meta["elapsed_s"]))
     failures = [r for r in b.runs if not r["ok"]]
     os.makedirs(b.out, exist_ok=True)
-    perr = plot(b, b.out) if not args.onesided else "not drawn for --onesided"
+    perr = plot(b, b.out) if not (args.onesided or args.connect) else "not drawn for --onesided / --connect"
     text = "\n".join(header) + "\n" + render_text(tabs)
     if failures:
         text += "\n\n== Failures (%d; probe = calibration run)\n" % len(failures)

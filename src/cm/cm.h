@@ -33,7 +33,7 @@ struct cm_channel {
 	int nids;                     /* ids on it */
 	bool orphan;                  /* destroyed with ids on it: freed with the last */
 	int readers;                  /* threads in rdma_get_cm_event on it */
-	bool closed;                  /* freed while read: the last reader frees it */
+	bool closed;                  /* destroyed while read: kept, its readers blocked for good */
 };
 
 /* The kernel's ucma max_backlog: a listener's unread requests beyond its

@@ -38,7 +38,7 @@ void cm_channel_free(struct cm_channel *ch)
 	/* a reader blocked in read() stays blocked, as on the kernel's fd */
 	close(ch->ch.fd);
 	if (ch->readers)
-		ch->closed = true; /* the last reader frees it (rdma_get_cm_event) */
+		ch->closed = true; /* kept for its readers, blocked for good (rdma_get_cm_event) */
 	else
 		free(ch);
 }

@@ -67,13 +67,21 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 		ssize_t got = read(ch->ch.fd, &v, 8);
 		int err = errno;
 		pthread_mutex_lock(&cm.lock);
-		ch->readers--;
-		if (ch->closed) {
-			if (!ch->readers)
-				free(ch);
+		if (ch->closed && got == 8) {
+			/* destroyed while we were blocked, and woken by an event
+			 * the destroy dropped: on the kernel's fd this read would
+			 * never return (a blocked read holds the file), and rping's
+			 * event thread exits the process with an error on any
+			 * return; so it blocks for good, the channel kept for it */
 			pthread_mutex_unlock(&cm.lock);
+			for (;;)
+				pause();
+		}
+		if (ch->closed) {
+			pthread_mutex_unlock(&cm.lock); /* kept: a reader may be blocked in it */
 			return fail(EBADF);
 		}
+		ch->readers--;
 		if (got != 8) {
 			pthread_mutex_unlock(&cm.lock);
 			errno = err;
