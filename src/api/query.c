@@ -64,6 +64,9 @@ static void fill_device_attr(struct uroce_dev *dev, struct ibv_device_attr *a)
 	a->local_ca_ack_delay = 15;
 	a->phys_port_cnt = 1;
 	a->max_ah = UROCE_MAX_AH;
+	a->max_mcast_grp = UROCE_MAX_MCAST_GRP;
+	a->max_mcast_qp_attach = UROCE_MAX_MCAST_QP_ATTACH;
+	a->max_total_mcast_qp_attach = UROCE_MAX_MCAST_GRP * UROCE_MAX_MCAST_QP_ATTACH;
 }
 
 __attribute__((visibility("default"))) int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)

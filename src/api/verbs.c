@@ -503,14 +503,16 @@ EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc
 
 EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return uroce_attach_mcast(qp, gid, lid);
 }
 
 EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return uroce_detach_mcast(qp, gid, lid);
 }
 
 EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr, uint8_t eth_mac[6], uint16_t *vid)

@@ -53,6 +53,15 @@ enum cm_conn_state {
 
 struct cm_id;
 
+/* A multicast group an id joined (rdma_join_multicast): leaving it or
+ * destroying the id detaches the QP it attached, as librdmacm does. */
+struct cm_mc {
+	struct cm_mc *next;
+	struct sockaddr_storage addr;  /* as joined: rdma_leave_multicast finds it by it */
+	union ibv_gid mgid;
+	struct ibv_qp *qp;             /* attached (NULL: a send-only join, or no QP then) */
+};
+
 /* One connection's protocol state.  It outlives its id when the id is
  * destroyed mid-protocol: the kernel's CM still sends the DREQ, REJ or
  * DREP then (§2.2), and a timewait still guards the comm ID (§4.1). */
@@ -112,6 +121,7 @@ struct cm_id {
 	void *ep_connect;
 	size_t ep_connect_len;
 	uint32_t ud_qkey;
+	struct cm_mc *mcs;             /* groups joined */
 	struct cm_id *next_all;
 };
 _Static_assert(offsetof(struct cm_id, compat_cma_dev) == 416, "librdmacm's cma_dev offset (cm-wire.md §1.2)");

@@ -181,10 +181,20 @@ static void lock_acked(struct cm_id *c)
 
 static void unbind_locked(struct cm_id *c);
 
+static void mc_free_locked(struct cm_mc *mc);
+
 static void id_free_locked(struct cm_id *c)
 {
 	if (c->conn)
 		cm_conn_detach(c->conn);
+	/* the kernel leaves an id's groups with it (cma_leave_mc_groups) */
+	while (c->mcs) {
+		struct cm_mc *mc = c->mcs;
+		c->mcs = mc->next;
+		if (mc->qp != c->id.qp)
+			mc->qp = NULL;
+		mc_free_locked(mc);
+	}
 	unbind_locked(c);
 	for (struct cm_id **pp = &cm.ids; *pp; pp = &(*pp)->next_all)
 		if (*pp == c) {
@@ -829,24 +839,123 @@ EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 	return 0;
 }
 
-/* Multicast (mckey): not built yet (issue #15); the error is librdmacm's
- * for a device without it. */
+/* Multicast (cm-wire.md, "Multicast (mckey)"): on RoCE the kernel's
+ * rdma_cm joins an IPv4 group without an SA -- the MGID is the group's
+ * IPv4-mapped address, the hop limit 64, the Q_Key RDMA_UDP_QKEY for
+ * RDMA_PS_UDP (cma_iboe_join_multicast) -- and reports MULTICAST_JOIN with
+ * the group's address handle attributes, QPN 0xFFFFFF and the user's
+ * context as private_data; librdmacm then attaches the id's QP unless the
+ * join is send-only (ucma_process_join), and an attach that fails turns the
+ * event into MULTICAST_ERROR.  The IP group is joined by the QP's attach
+ * (obj/mcast.c, net/udp.c). */
+static int join_locked(struct cm_id *c, const struct sockaddr *addr, uint16_t flags, void *context)
+{
+	uint8_t mgid[16];
+	uint16_t port;
+	int rc = sockaddr_gid(addr, mgid, &port);
+	if (rc)
+		return rc;
+	/* cma's rdma_join_multicast: a UD id bound to a device */
+	if ((c->state != ID_BOUND && c->state != ID_ADDR_RESOLVED) || c->gid_index < 0 ||
+	    c->id.qp_type != IBV_QPT_UD)
+		return EINVAL;
+	/* cma_iboe_join_multicast: ENOTSUPP (524) for an IPv6 group on
+	 * RoCEv2; user space gets the ordinary EOPNOTSUPP here */
+	if (!gid_is_ipv4(mgid))
+		return EOPNOTSUPP;
+	struct cm_mc *mc = calloc(1, sizeof(*mc));
+	struct cm_event *e = mc ? cm_report_ev(c, RDMA_CM_EVENT_MULTICAST_JOIN, 0) : NULL;
+	if (!e) {
+		free(mc);
+		return ENOMEM;
+	}
+	memcpy(&mc->addr, addr, addr_len(addr));
+	memcpy(mc->mgid.raw, mgid, 16);
+	mc->next = c->mcs;
+	c->mcs = mc;
+	struct rdma_ud_param *u = &e->ev.param.ud;
+	u->private_data = context;
+	u->qp_num = 0xFFFFFF;
+	u->qkey = c->ud_qkey;
+	u->ah_attr.is_global = 1;
+	u->ah_attr.port_num = 1;
+	u->ah_attr.grh.dgid = mc->mgid;
+	u->ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
+	u->ah_attr.grh.hop_limit = 64;
+	u->ah_attr.grh.traffic_class = c->tos;
+	if (c->id.qp && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+		int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
+		if (err) {
+			/* librdmacm's rdma_seterrno: status -1 */
+			e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+			e->ev.status = -1;
+		} else {
+			mc->qp = c->id.qp;
+		}
+	}
+	return 0;
+}
+
+static int join(struct rdma_cm_id *id, const struct sockaddr *addr, uint16_t flags, void *context)
+{
+	struct cm_id *c = to_cmid(id);
+	pthread_mutex_lock(&cm.lock);
+	int rc = join_locked(c, addr, flags, context);
+	pthread_mutex_unlock(&cm.lock);
+	if (rc)
+		return fail(rc);
+	return sync_wait(c);
+}
+
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)id, (void)addr, (void)context;
-	return fail(ENOSYS);
+	if (!id || !addr)
+		return fail(EINVAL);
+	return join(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
 }
 
 EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr, void *context)
 {
-	(void)id, (void)mc_join_attr, (void)context;
-	return fail(ENOSYS);
+	/* librdmacm's checks, in its order */
+	if (!id || !mc_join_attr)
+		return fail(EINVAL);
+	if (mc_join_attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return fail(ENOTSUP);
+	if (!(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
+	    !(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+	    mc_join_attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED || !mc_join_attr->addr)
+		return fail(EINVAL);
+	return join(id, mc_join_attr->addr, (uint16_t)mc_join_attr->join_flags, context);
+}
+
+/* The group leaves the id; its QP detaches (cm.lock held). */
+static void mc_free_locked(struct cm_mc *mc)
+{
+	if (mc->qp)
+		ibv_detach_mcast(mc->qp, &mc->mgid, 0);
+	free(mc);
 }
 
 EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id, (void)addr;
-	return fail(EADDRNOTAVAIL);
+	if (!id || !addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return fail(EINVAL);
+	struct cm_id *c = to_cmid(id);
+	struct cm_mc *mc = NULL;
+	pthread_mutex_lock(&cm.lock);
+	for (struct cm_mc **pp = &c->mcs; *pp; pp = &(*pp)->next)
+		if (!memcmp(&(*pp)->addr, addr, addr_len(addr))) {
+			mc = *pp;
+			*pp = mc->next;
+			break;
+		}
+	/* librdmacm detaches only while the id has its QP */
+	if (mc && mc->qp != c->id.qp)
+		mc->qp = NULL;
+	if (mc)
+		mc_free_locked(mc);
+	pthread_mutex_unlock(&cm.lock);
+	return mc ? 0 : fail(EADDRNOTAVAIL);
 }
 
 /* ------------------------------------------------------------ QPs (§2.5) */
@@ -989,6 +1098,10 @@ EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	pthread_mutex_lock(&cm.lock);
 	struct ibv_qp *qp = id->qp;
 	id->qp = NULL;
+	/* its groups go with it (obj/mcast.c) */
+	for (struct cm_mc *mc = to_cmid(id)->mcs; mc; mc = mc->next)
+		if (mc->qp == qp)
+			mc->qp = NULL;
 	pthread_mutex_unlock(&cm.lock);
 	ibv_destroy_qp(qp);
 	/* and the CQs and channels on the id, rsocket's own included (§2.5) */

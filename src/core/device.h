@@ -5,6 +5,7 @@
 #define UROCE_DEVICE_H
 
 #include "objects.h"
+#include <string.h>
 #include "../util/clock.h"
 #include "../util/config.h"
 #include "../util/log.h"
@@ -42,6 +43,13 @@ struct uroce_engine {
 	_Alignas(64) _Atomic uint64_t rx_request_ns;
 };
 
+/* A multicast group QPs of this process are attached to (obj/mcast.c). */
+struct uroce_mcast_group {
+	uint8_t mgid[16];
+	unsigned nqp;
+	struct uroce_qp *qp[UROCE_MAX_MCAST_QP_ATTACH];
+};
+
 struct uroce_dev {
 	pthread_mutex_t lock;          /* qp_list, object counts (refcnt: dev_global_lock) */
 	int refcnt;
@@ -69,6 +77,10 @@ struct uroce_dev {
 	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request (rx_lock) */
 	_Atomic uint64_t ack_flush_next; /* earliest deferred ACK deadline, ns */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
+	/* multicast groups (obj/mcast.c): changed under rx_lock and
+	 * dev->lock, read by the receive path under rx_lock */
+	struct uroce_mcast_group mcast[UROCE_MAX_MCAST_GRP];
+	unsigned nmcast;
 };
 
 static inline void dev_count(struct uroce_dev *dev, enum uroce_counter c, uint64_t n)
@@ -83,6 +95,16 @@ static inline struct uroce_qp *dev_lookup_qp(struct uroce_dev *dev, uint32_t qpn
 	struct uroce_qp *qp = atomic_load_explicit(&dev->qp_table[qpn & (UROCE_MAX_QP - 1)],
 						   memory_order_acquire);
 	return (qp && qp->qpn == qpn) ? qp : NULL;
+}
+
+/* The multicast group of mgid this process's QPs are attached to, or NULL
+ * (under rx_lock or dev->lock; obj/mcast.c). */
+static inline struct uroce_mcast_group *dev_mcast_group(struct uroce_dev *dev, const uint8_t mgid[16])
+{
+	for (unsigned i = 0; i < dev->nmcast; i++)
+		if (!memcmp(dev->mcast[i].mgid, mgid, 16))
+			return &dev->mcast[i];
+	return NULL;
 }
 
 /* XRC SRQ table (obj/xrc.c): SRQN = salt << 12 | index, index 0 unused. */

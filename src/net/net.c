@@ -363,6 +363,17 @@ int net_add_fds(struct uroce_net *net, int epfd)
 	return rc;
 }
 
+int net_mcast_join(struct uroce_net *net, const uint8_t mgid[16])
+{
+	return net->wire.ops->mcast_join ? net->wire.ops->mcast_join(&net->wire, mgid) : -EOPNOTSUPP;
+}
+
+void net_mcast_leave(struct uroce_net *net, const uint8_t mgid[16])
+{
+	if (net->wire.ops->mcast_leave)
+		net->wire.ops->mcast_leave(&net->wire, mgid);
+}
+
 int net_add_serve_fds(struct uroce_net *net, int epfd)
 {
 	int rc = 0;

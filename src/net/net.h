@@ -135,6 +135,12 @@ struct uroce_net_ops {
 	 * engine woke with one readable (net_serve). */
 	int (*add_serve_fds)(struct uroce_backend *be, int epfd);
 	void (*serve)(struct uroce_backend *be);
+	/* Optional: receive the packets sent to multicast group mgid on
+	 * every address of the device of mgid's family, or stop (mcast_leave
+	 * with a group mcast_join took).  Under rx_lock, as recv.  0 or
+	 * -errno (-EOPNOTSUPP: this backend carries no multicast). */
+	int (*mcast_join)(struct uroce_backend *be, const uint8_t mgid[16]);
+	void (*mcast_leave)(struct uroce_backend *be, const uint8_t mgid[16]);
 };
 /* The engine's epoll tags: its kick is 0, packet fds (add_fds) 1. */
 #define NET_EV_SERVE 2u
@@ -215,6 +221,10 @@ int net_add_fds(struct uroce_net *net, int epfd);
 int net_add_serve_fds(struct uroce_net *net, int epfd);
 void net_serve(struct uroce_net *net);
 void net_rx_ip_meta(struct uroce_net *net, bool on);
+/* Multicast groups: the wire backend's mcast_join / mcast_leave (the
+ * rings carry no multicast: a UD flow always goes by UDP).  Under rx_lock. */
+int net_mcast_join(struct uroce_net *net, const uint8_t mgid[16]);
+void net_mcast_leave(struct uroce_net *net, const uint8_t mgid[16]);
 void net_rx_sleeping(struct uroce_net *net, bool sleeping);
 /* UROCE_FAULT_DROP_TX: true when the next packet to build must be dropped. */
 bool net_fault_tx(struct uroce_net *net);

@@ -38,6 +38,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include "../util/fds.h"
 #include "share.h"
 #include "../wire/hdr.h"
@@ -121,6 +123,16 @@ struct udp_priv {
 	struct sockaddr_storage from[UROCE_RX_BUFS];
 	uint8_t cbuf[UROCE_RX_BUFS][192];
 	struct uroce_stats_page *stats;
+	/* Multicast groups (udp_mcast_join): a socket each, bound to the
+	 * group's address and port 4791 and a member on every address of the
+	 * device of its family.  Changed under rx_lock, as udp_recv reads
+	 * them; rx_ready looks without it (a socket closed meanwhile only
+	 * makes a look say "maybe").  Read as the forward sockets are. */
+	_Atomic int mc_fd[UROCE_MAX_MCAST_GRP];
+	uint8_t mc_gid[UROCE_MAX_MCAST_GRP][16];
+	atomic_int nmc;
+	atomic_bool ip_meta;                 /* rx_ip_meta's, for group sockets opened later */
+	int epfd;                            /* the engine's (add_fds), for those too; -1: none */
 };
 
 /* A doorbell: "uroce-db" and the QPN slot of the process whose region it
@@ -168,6 +180,25 @@ int net_route_mtu(const uint8_t sgid[16], const uint8_t dgid[16])
 	return rc ? rc : mtu;
 }
 
+/* The index of the interface that has the address gid, or 0: IPv6
+ * multicast names its interface by index, not by an address. */
+static unsigned addr_ifindex(const uint8_t gid[16])
+{
+	struct ifaddrs *ifs, *i;
+	unsigned idx = 0;
+
+	if (getifaddrs(&ifs) < 0)
+		return 0;
+	for (i = ifs; i && !idx; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET6 ||
+		    memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, gid, 16))
+			continue;
+		idx = if_nametoindex(i->ifa_name);
+	}
+	freeifaddrs(ifs);
+	return idx;
+}
+
 static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 {
 	struct sockaddr_storage ss;
@@ -184,8 +215,11 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		/* SO_REUSEADDR would let any user's socket with it bind the
 		 * receive port too (and take its unicast packets): a shared
 		 * receive socket sets SO_REUSEPORT alone, whose group the
-		 * kernel keeps to one effective uid */
-		if (!rx)
+		 * kernel keeps to one effective uid.  A multicast group is
+		 * another matter: each member socket gets its own copy of a
+		 * datagram, whoever opened it, so a group socket sets
+		 * SO_REUSEADDR, as every multicast receiver does */
+		if (!rx || gid_is_multicast(gid))
 			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	}
@@ -197,6 +231,12 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		 * socket without checksums, and offload makes it free. */
 		if (rx)
 			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
+		/* to a multicast group: the hop limit the kernel's rdma_cm gives
+		 * an IPv4 group on RoCEv2 (cm-wire.md, multicast), not IP's 1;
+		 * the interface is the one of the bound source address */
+		int hops = 64;
+		if (!rx)
+			setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &hops, sizeof(hops));
 	} else {
 		int pmtu = IPV6_PMTUDISC_DO;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
@@ -205,6 +245,12 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 			/* rxe sends IPv6 with UDP checksum 0 (§1.4) */
 			setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
+		} else {
+			/* to a multicast group, as IPv4 above */
+			int hops = 64, ifx = (int)addr_ifindex(gid);
+			setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof(hops));
+			if (ifx > 0)
+				setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifx, sizeof(ifx));
 		}
 	}
 	int buf = 8 << 20;
@@ -327,6 +373,7 @@ static int udp_open(struct uroce_backend *be)
 			p->tx[g][i].fd = -1;
 	pthread_mutex_init(&p->tx_lock, NULL);
 	p->cfg = cfg;
+	p->epfd = -1;
 	p->bufs = malloc((size_t)UROCE_RX_BUFS * UROCE_RX_BUFSZ);
 	if (!p->bufs) {
 		free(p);
@@ -412,6 +459,8 @@ static void udp_close(struct uroce_backend *be)
 	share_release(be->net);
 	for (int i = 0; i < p->nrx; i++)
 		close(p->rx_fd[i]);
+	for (int i = 0; i < atomic_load(&p->nmc); i++)
+		close(p->mc_fd[i]);
 	for (int g = 0; g < UROCE_MAX_GIDS; g++)
 		for (int i = 0; i <= UDP_TX_POOL; i++)
 			if (p->tx[g][i].fd >= 0)
@@ -658,18 +707,25 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	int got = 0, used = 0, k;
 
 	(void)busy; /* a socket's packets wake the engine's epoll */
-	bool fwd_read = p->nrx > p->cfg->ngids &&
+	int nmc = atomic_load_explicit(&p->nmc, memory_order_relaxed);
+	/* forward and multicast sockets, read now and then */
+	bool fwd_read = (p->nrx > p->cfg->ngids || nmc > 0) &&
 			(atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) || be->net->rx_sockets_woke ||
 			 ++p->fwd_calls % FWD_EVERY == 0);
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
-	for (k = 0; k < p->nrx && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
-		int fi = (int)((p->rr + (unsigned)k) % (unsigned)p->nrx), fd = p->rx_fd[fi];
-		if (p->rx_fwd[fi] && !fwd_read)
+	int nfd = p->nrx + (fwd_read ? nmc : 0);
+	for (k = 0; k < nfd && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
+		/* the unicast sockets in turn, then the groups' */
+		int fi = k < p->nrx ? (int)((p->rr + (unsigned)k) % (unsigned)p->nrx) : k;
+		bool mc = fi >= p->nrx;
+		int fd = mc ? p->mc_fd[fi - p->nrx] : p->rx_fd[fi];
+		if (!mc && p->rx_fwd[fi] && !fwd_read)
 			continue;
 		/* a shared address's registry: a packet for another process's
-		 * QP is forwarded, one that came forwarded is unwrapped */
-		struct share *sh = be->net->share[p->rx_gid[fi]];
+		 * QP is forwarded, one that came forwarded is unwrapped; a
+		 * group's packet is every member's, each with its own copy */
+		struct share *sh = mc ? NULL : be->net->share[p->rx_gid[fi]];
 		if (sh && !p->rx_fwd[fi])
 			share_rx_tick(sh);
 		/* every datagram may be a bundle of up to UROCE_GRO_MAX_SEGS packets */
@@ -745,7 +801,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 		}
 		used += r;
 	}
-	if (k < p->nrx)
+	if (k < nfd)
 		*more = true; /* sockets left unread for want of room */
 	p->rr++;
 	return got;
@@ -757,14 +813,18 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 {
 	struct udp_priv *p = be->priv;
-	struct pollfd pfd[UDP_RX_FDS];
+	struct pollfd pfd[UDP_RX_FDS + UROCE_MAX_MCAST_GRP];
 	struct timespec zero = { 0, 0 };
+	int nfd = p->nrx, nmc = atomic_load_explicit(&p->nmc, memory_order_relaxed);
 
 	(void)busy;
 	for (int i = 0; i < p->nrx; i++)
 		pfd[i] = (struct pollfd){ .fd = p->rx_fd[i], .events = POLLIN };
-	long n = syscall(SYS_ppoll, pfd, (unsigned long)p->nrx, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
-	for (int i = p->cfg->ngids; n > 0 && i < p->nrx; i++)
+	for (int i = 0; i < nmc; i++)
+		pfd[nfd++] = (struct pollfd){ .fd = atomic_load_explicit(&p->mc_fd[i], memory_order_relaxed),
+					      .events = POLLIN };
+	long n = syscall(SYS_ppoll, pfd, (unsigned long)nfd, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
+	for (int i = p->cfg->ngids; n > 0 && i < nfd; i++)
 		if (pfd[i].revents)
 			atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);
 	return n != 0;
@@ -773,12 +833,15 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 static int udp_add_fds(struct uroce_backend *be, int epfd)
 {
 	struct udp_priv *p = be->priv;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
 
-	for (int i = 0; i < p->nrx; i++) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
+	for (int i = 0; i < p->nrx; i++)
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, p->rx_fd[i], &ev) < 0)
 			return -errno;
-	}
+	for (int i = 0; i < atomic_load(&p->nmc); i++)
+		if (epoll_ctl(epfd, EPOLL_CTL_ADD, p->mc_fd[i], &ev) < 0)
+			return -errno;
+	p->epfd = epfd;
 	return 0;
 }
 
@@ -787,24 +850,104 @@ static int udp_add_fds(struct uroce_backend *be, int epfd)
  * receive (its GRH) and the pcap tap need them, so they are asked for
  * while a UD QP is open or a capture runs.  The kernel adds them as a
  * packet is read: when the last UD QP goes, it is unpublished already. */
+static void ip_meta_set(int fd, bool on)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int v = on;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &v, sizeof(v));
+		setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &v, sizeof(v));
+	} else {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &v, sizeof(v));
+		setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &v, sizeof(v));
+	}
+}
+
 static void udp_rx_ip_meta(struct uroce_backend *be, bool on)
 {
 	struct udp_priv *p = be->priv;
-	int v = on;
 
-	for (int i = 0; i < p->nrx; i++) {
-		int fd = p->rx_fd[i];
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+	atomic_store(&p->ip_meta, on);
+	for (int i = 0; i < p->nrx; i++)
+		ip_meta_set(p->rx_fd[i], on);
+}
+
+/* A multicast group (§1.5 item 2: BTH destination QPN 0xFFFFFF, an IP
+ * multicast destination): a socket bound to the group's address, so that
+ * it gets the group's datagrams and no other, a member on every address of
+ * the device of the group's family (the kernel's IGMP / MLD join, as the
+ * kernel's rdma_cm sends for a RoCEv2 group). */
+static int udp_mcast_join(struct uroce_backend *be, const uint8_t mgid[16])
+{
+	struct udp_priv *p = be->priv;
+	int n = atomic_load(&p->nmc);
+	bool v4 = gid_is_ipv4(mgid);
+	int joined = 0, err = EADDRNOTAVAIL;
+
+	if (n == UROCE_MAX_MCAST_GRP)
+		return -ENOMEM;
+	int fd = udp_socket(mgid, ROCE_UDP_PORT, true, true);
+	if (fd < 0)
+		return fd;
+	for (int i = 0; i < p->cfg->ngids; i++) {
+		const uint8_t *a = p->cfg->gids[i];
+		int rc;
+		if (gid_is_ipv4(a) != v4)
 			continue;
-		if (ss.ss_family == AF_INET) {
-			setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &v, sizeof(v));
-			setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &v, sizeof(v));
+		if (v4) {
+			struct ip_mreqn mr = { .imr_ifindex = 0 };
+			memcpy(&mr.imr_multiaddr, mgid + 12, 4);
+			memcpy(&mr.imr_address, a + 12, 4);
+			rc = setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof(mr));
 		} else {
-			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &v, sizeof(v));
-			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &v, sizeof(v));
+			struct ipv6_mreq mr = { .ipv6mr_interface = addr_ifindex(a) };
+			memcpy(&mr.ipv6mr_multiaddr, mgid, 16);
+			rc = setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &mr, sizeof(mr));
 		}
+		/* two addresses on one interface: one membership */
+		if (rc == 0 || errno == EADDRINUSE)
+			joined++;
+		else
+			err = errno;
+	}
+	if (!joined) {
+		close(fd);
+		return -err;
+	}
+	if (atomic_load(&p->ip_meta))
+		ip_meta_set(fd, true);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
+	if (p->epfd >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	memcpy(p->mc_gid[n], mgid, 16);
+	atomic_store(&p->mc_fd[n], fd);
+	atomic_store(&p->nmc, n + 1);
+	return 0;
+}
+
+static void udp_mcast_leave(struct uroce_backend *be, const uint8_t mgid[16])
+{
+	struct udp_priv *p = be->priv;
+	int n = atomic_load(&p->nmc);
+
+	for (int i = 0; i < n; i++) {
+		if (memcmp(p->mc_gid[i], mgid, 16))
+			continue;
+		int fd = p->mc_fd[i];
+		/* the last takes its place: a look meanwhile may poll one
+		 * socket twice or a closed one, which only says "maybe" */
+		memcpy(p->mc_gid[i], p->mc_gid[n - 1], 16);
+		atomic_store(&p->mc_fd[i], p->mc_fd[n - 1]);
+		atomic_store(&p->nmc, n - 1);
+		close(fd);  /* leaves the group and the engine's epoll set */
+		return;
 	}
 }
 
@@ -824,4 +967,6 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.rx_ready = udp_rx_ready,
 	.add_fds = udp_add_fds,
 	.rx_ip_meta = udp_rx_ip_meta,
+	.mcast_join = udp_mcast_join,
+	.mcast_leave = udp_mcast_leave,
 };

@@ -46,6 +46,10 @@ struct ibv_qp *uroce_create_gsi_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a
 int uroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int uroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 int uroce_destroy_qp(struct ibv_qp *qp);
+/* Multicast (mcast.c): errno values, as ibv_attach_mcast returns them. */
+int uroce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int uroce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+void mcast_qp_gone(struct uroce_dev *dev, struct uroce_qp *qp);
 
 struct ibv_srq *uroce_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 int uroce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);

@@ -271,6 +271,8 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 			break;
 		}
 	ack_qp_gone(qp);  /* a deferred ACK is not lost with the QP */
+	if (qp->type == IBV_QPT_UD)
+		mcast_qp_gone(dev, qp);
 	if (qp->type == IBV_QPT_UD && --dev->nqp_ud == 0)
 		net_rx_ip_meta(dev->net, false);
 	dev->nqp--;

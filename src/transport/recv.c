@@ -37,6 +37,8 @@ static bool icrc_ok(struct uroce_dev *dev, const struct uroce_rxpkt *p, uint16_t
 	return false;
 }
 
+static void qp_rx(struct uroce_dev *dev, struct uroce_qp *qp, struct uroce_pkt *pkt);
+
 void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 {
 	struct uroce_pkt pkt;
@@ -77,11 +79,33 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		return;
 	}
 	net_tap_rx(dev->net, rx, ip_id);
+	pkt.bth = bth;
+	pkt.payload = bth + oi->hdr_len;
+	pkt.paylen = paylen;
+	pkt.mask = oi->mask;
+	pkt.opcode = bth_opcode(bth);
+	pkt.psn = bth_psn(bth);
+	pkt.ip_id = ip_id;
+	pkt.rx = rx;
 	/* 5. destination QP */
 	uint32_t qpn = bth_qpn(bth);
+	if (qpn == 0xFFFFFF) {
+		/* §1.5 item 2: multicast, UD only, to a multicast GID: every QP
+		 * of ours attached to the group gets its copy */
+		struct uroce_mcast_group *g = (oi->mask & OPF_UD) && gid_is_multicast(rx->dgid)
+						      ? dev_mcast_group(dev, rx->dgid) : NULL;
+		if (!g) {
+			dev_count(dev, UC_drop_unknown_qp, 1);
+			return;
+		}
+		dev_count(dev, UC_mcast_rx, 1);
+		for (unsigned i = 0; i < g->nqp; i++)
+			qp_rx(dev, g->qp[i], &pkt);
+		return;
+	}
 	/* QP0 is IB's subnet management, absent on RoCE (§3.1); QP1 is the
 	 * connection manager's GSI QP when cm/ made one */
-	struct uroce_qp *qp = qpn != 0 && qpn != 0xFFFFFF ? dev_lookup_qp(dev, qpn) : NULL;
+	struct uroce_qp *qp = qpn != 0 ? dev_lookup_qp(dev, qpn) : NULL;
 	if (!qp) {
 		dev_count(dev, UC_drop_unknown_qp, 1);
 		return;
@@ -96,23 +120,23 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		pthread_mutex_unlock(&qp->lock);
 		return;
 	}
-	pkt.bth = bth;
-	pkt.payload = bth + oi->hdr_len;
-	pkt.paylen = paylen;
-	pkt.mask = oi->mask;
-	pkt.opcode = bth_opcode(bth);
-	pkt.psn = bth_psn(bth);
-	pkt.ip_id = ip_id;
-	pkt.rx = rx;
+	qp_rx(dev, qp, &pkt);
+}
+
+/* A valid packet for qp, to the role that takes it. */
+static void qp_rx(struct uroce_dev *dev, struct uroce_qp *qp, struct uroce_pkt *pkt)
+{
+	const struct uroce_rxpkt *rx = pkt->rx;
+	uint32_t mask = pkt->mask;
 
 	pthread_mutex_lock(&qp->lock);
 	/* 6. transport and peer match the QP (§1.5 items 3-4) */
-	bool type_ok = (qp->type == IBV_QPT_RC && (oi->mask & OPF_RC)) ||
-		       (qp->type == IBV_QPT_UC && (oi->mask & OPF_UC)) ||
-		       (qp->type == IBV_QPT_UD && (oi->mask & OPF_UD)) ||
+	bool type_ok = (qp->type == IBV_QPT_RC && (mask & OPF_RC)) ||
+		       (qp->type == IBV_QPT_UC && (mask & OPF_UC)) ||
+		       (qp->type == IBV_QPT_UD && (mask & OPF_UD)) ||
 		       /* XRC: the INI QP only requests, the TGT QP only responds (IBA A14) */
-		       (qp->type == IBV_QPT_XRC_SEND && (oi->mask & OPF_XRC) && (oi->mask & OPF_RESP)) ||
-		       (qp->type == IBV_QPT_XRC_RECV && (oi->mask & OPF_XRC) && (oi->mask & OPF_REQ));
+		       (qp->type == IBV_QPT_XRC_SEND && (mask & OPF_XRC) && (mask & OPF_RESP)) ||
+		       (qp->type == IBV_QPT_XRC_RECV && (mask & OPF_XRC) && (mask & OPF_REQ));
 	if (!type_ok || qp->attr.qp_state < IBV_QPS_RTR ||
 	    (qp->type != IBV_QPT_UD && (memcmp(rx->sgid, qp->dgid, 16) || memcmp(rx->dgid, qp->sgid, 16)))) {
 		dev_count(dev, type_ok && qp->attr.qp_state < IBV_QPS_RTR ? UC_drop_qp_state : UC_drop_wrong_peer, 1);
@@ -120,11 +144,11 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 		return;
 	}
 	if (qp->type == IBV_QPT_UD)
-		ud_rx(qp, &pkt);
-	else if (oi->mask & OPF_REQ)
-		responder_rx(qp, &pkt);
+		ud_rx(qp, pkt);
+	else if (mask & OPF_REQ)
+		responder_rx(qp, pkt);
 	else if (qp->attr.qp_state == IBV_QPS_RTS || qp->attr.qp_state == IBV_QPS_SQD)
-		completer_rx(qp, &pkt);
+		completer_rx(qp, pkt);
 	else
 		dev_count(dev, UC_drop_qp_state, 1);
 	if (qp->cq_lost)

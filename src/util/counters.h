@@ -43,6 +43,7 @@
 	X(drop_psn_window, "packets dropped: out of sequence after NAK") \
 	X(drop_qkey, "packets dropped: bad Q_Key") \
 	X(drop_no_recv, "UD/UC packets dropped: no receive posted") \
+	X(mcast_rx, "multicast packets received for a group that QPs here are attached to") \
 	X(drop_injected, "packets dropped by UROCE_FAULT_* fault injection") \
 	X(cq_overruns, "completion queue overruns") \
 	X(engine_kicks, "engine wake-ups asked for by another thread (an earlier deadline, a hand-back)") \

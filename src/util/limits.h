@@ -22,6 +22,12 @@
  * addresses first, the rest empty slots (api/verbs.c says how each query
  * answers one). */
 #define UROCE_GID_TBL_LEN 1024
+/* Multicast (obj/mcast.c): groups a process's QPs are attached to (a
+ * socket each, net/udp.c), and QPs per group, as rxe's
+ * RXE_MAX_MCAST_QP_ATTACH; rxe allows 8192 groups, a socket each would be
+ * a process's fds. */
+#define UROCE_MAX_MCAST_GRP 64
+#define UROCE_MAX_MCAST_QP_ATTACH 56
 /* Device memory of a process (max_dm_size; mlx5's MEMIC is 128-256 KiB) */
 #define UROCE_MAX_DM (256u << 10)
 

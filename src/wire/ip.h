@@ -13,6 +13,13 @@
 #include <sys/socket.h>
 
 bool gid_is_ipv4(const uint8_t gid[16]);
+/* A multicast GID (roce-wire.md §1.5 item 2, §9): an IPv4-mapped
+ * 224.0.0.0/4 address or an IPv6 ff00::/8 one, as the kernel's
+ * rdma_is_multicast_addr. */
+static inline bool gid_is_multicast(const uint8_t gid[16])
+{
+	return gid_is_ipv4(gid) ? (gid[12] & 0xF0) == 0xE0 : gid[0] == 0xFF;
+}
 /* An IPv4 or IPv6 address in text as a GID; -1 if it is neither. */
 int gid_parse(const char *s, uint8_t gid[16]);
 /* The GID's address as text (dotted quad for IPv4-mapped ones). */

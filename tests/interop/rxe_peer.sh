@@ -44,12 +44,14 @@
 # Needs root (network namespace, qemu); exits 77 (skipped) only when the VM
 # harness is absent or the user is not root.
 #
-# rdma_cm tools (rdmacm-utils rping, ucmatose, udaddy; perftest with -R):
+# rdma_cm tools (rdmacm-utils rping, ucmatose, udaddy, mckey; perftest with -R):
 # the connection is made by IB CM MADs on QP1 (uroce's src/cm on the host,
 # the kernel's rdma_cm in the VM), so they take addresses, not a device and a
 # GID index, and their words differ per tool (cm_args below): rping -s -a SELF
 # / -c -a SERVER; ucmatose and udaddy listen on the wildcard and take
-# -s SERVER on the client only; perftest keeps -d/-x/-F and its trailing
+# -s SERVER on the client only; mckey (UD multicast) receives on the server
+# side and sends (-s) on the client side, both bound to their own address
+# and given the group; perftest keeps -d/-x/-F and its trailing
 # server address, -R is in ARGS (on both sides).  A host client waits until
 # the VM has started the step's server (STEP-START on its console), and any
 # client that is rejected for want of a listener (REJ 8; SIDR status 1) is
@@ -130,7 +132,7 @@ cm=0
 case $tool in
 ibv_*) gid=-g; extra= ;;
 ib_*)  gid=-x; extra=-F; case " $args " in *" -R "*) cm=1 ;; esac ;;
-rping|ucmatose|udaddy) gid= extra= cm=1 ;;
+rping|ucmatose|udaddy|mckey) gid= extra= cm=1 ;;
 *) echo "unknown tool $tool"; exit 2 ;;
 esac
 # cm_args SIDE SELF PEER: an rdma_cm tool's arguments before ARGS and the
@@ -139,9 +141,12 @@ cm_args() {
 	case $tool in
 	rping) [ -n "$3" ] && echo "-c -a $3" || echo "-s -a $2" ;;
 	ucmatose|udaddy) [ -n "$3" ] && echo "-s $3" ;;
+	# a UD multicast group: the server side receives, the client sends
+	mckey) [ -n "$3" ] && echo "-b $2 -s -m $MCKEY_GROUP" || echo "-b $2 -m $MCKEY_GROUP" ;;
 	ib_*) [ "$1" = vm ] && echo "-d rxe0 -x 1 -F" || echo "-x 0 -F" ;;
 	esac
 }
+MCKEY_GROUP=239.93.200.1
 # and after them: perftest's server address comes last
 cm_tail() { case $tool in ib_*) echo "$1" ;; esac; }
 case $dir in
@@ -152,6 +157,13 @@ esac
 
 d=$work/cases/$name
 rm -rf "$d"; mkdir -p "$d/share"
+# the VM's image has no mckey: the host's (the same Debian rdmacm-utils,
+# whose libraries the image has for rping) goes in through the share
+vm_tool=$tool
+if [ "$tool" = mckey ]; then
+	cp "$(command -v mckey)" "$d/share/mckey" || exit 1
+	vm_tool=/mnt/host/mckey
+fi
 # the pingpongs' loss step runs under the linger shim on both sides (above)
 vm_linger= host_linger=()
 if [ "$tool" != "${tool#ibv_}" ] && [ -n "$linger_lib" ]; then
@@ -194,7 +206,7 @@ EOF
 		fi
 		cli=0; [ -n "$vm_peer" ] && cli=1
 		if [ $cm = 1 ]; then
-			echo "step $i $cli $pre $tool $(cm_args vm 198.18.0.2 "$vm_peer") $args $m $(cm_tail "$vm_peer")"
+			echo "step $i $cli $pre $vm_tool $(cm_args vm 198.18.0.2 "$vm_peer") $args $m $(cm_tail "$vm_peer")"
 		else
 			echo "step $i $cli $pre $tool -d rxe0 $gid 1 $extra $args $m $vm_peer"
 		fi

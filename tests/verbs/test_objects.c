@@ -3760,6 +3760,63 @@ struct group {
 	void (*fn)(void);
 };
 
+/* ibv_attach_mcast / ibv_detach_mcast (the kernel's ib_attach_mcast and
+ * uverbs): a UD QP and a multicast GID, else EINVAL; attaching twice is 0;
+ * detaching a group the QP is not attached to is EINVAL; a QP destroyed
+ * while attached leaves its groups. */
+static void g_mcast(void)
+{
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *ud = NULL, *rc = NULL;
+	union ibv_gid grp, uni;
+
+	if (!fx_open())
+		return;
+	pd = ibv_alloc_pd(F.ctx);
+	cq = ibv_create_cq(F.ctx, 16, NULL, NULL, 0);
+	if (pd && cq) {
+		ud = mk_qp(pd, cq, IBV_QPT_UD, NULL);
+		rc = mk_qp(pd, cq, IBV_QPT_RC, NULL);
+	}
+	if (!ud || !rc) {
+		fail("mcast_setup", "expected a UD and an RC QP got %p %p errno %d (%s)", (void *)ud, (void *)rc,
+		     errno, errname(errno));
+		goto out;
+	}
+	/* ::ffff:239.93.1.7, a group, and ::ffff:198.18.1.7, no group */
+	memset(&grp, 0, sizeof(grp));
+	grp.raw[10] = grp.raw[11] = 0xff;
+	grp.raw[12] = 239, grp.raw[13] = 93, grp.raw[14] = 1, grp.raw[15] = 7;
+	uni = grp;
+	uni.raw[12] = 198, uni.raw[13] = 18;
+	expect_ge("mcast_device_max_mcast_grp", 1, F.da.max_mcast_grp);
+	expect_ge("mcast_device_max_mcast_qp_attach", 1, F.da.max_mcast_qp_attach);
+	expect_ret("mcast_attach_rc_qp_einval", EINVAL, ibv_attach_mcast(rc, &grp, 0));
+	expect_ret("mcast_attach_unicast_gid_einval", EINVAL, ibv_attach_mcast(ud, &uni, 0));
+	expect_ret("mcast_detach_not_attached_einval", EINVAL, ibv_detach_mcast(ud, &grp, 0));
+	expect_ret("mcast_attach", 0, ibv_attach_mcast(ud, &grp, 0));
+	expect_ret("mcast_attach_twice", 0, ibv_attach_mcast(ud, &grp, 0));
+	expect_ret("mcast_detach", 0, ibv_detach_mcast(ud, &grp, 0));
+	expect_ret("mcast_detach_twice_einval", EINVAL, ibv_detach_mcast(ud, &grp, 0));
+	expect_ret("mcast_attach_again", 0, ibv_attach_mcast(ud, &grp, 0));
+	expect_ret("mcast_destroy_attached_qp", 0, ibv_destroy_qp(ud));
+	ud = mk_qp(pd, cq, IBV_QPT_UD, NULL);
+	/* the group went with the QP: the new QP is not in it */
+	if (ud)
+		expect_ret("mcast_new_qp_not_attached_einval", EINVAL, ibv_detach_mcast(ud, &grp, 0));
+out:
+	if (ud)
+		ibv_destroy_qp(ud);
+	if (rc)
+		ibv_destroy_qp(rc);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	fx_close();
+}
+
 static const struct group groups[] = {
 	{ "device", g_device },
 	{ "async", g_async },
@@ -3780,6 +3837,7 @@ static const struct group groups[] = {
 	{ "odp", g_odp },
 	{ "dm", g_dm },
 	{ "parent_domain", g_parent_domain },
+	{ "mcast", g_mcast },
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
