@@ -45,7 +45,7 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
 	rc=$?
 	[ $rc -eq 0 ] && break
 	kill -0 $spid 2>/dev/null || break
-	grep -qE 'REJECTED, error:? 8|error 8$|status 8|Connection refused|RDMA_CM_EVENT_REJECTED instead' "$OUT/client" || break
+	grep -qE 'REJECTED, error:? 8|error 8$|status 8|Connection refused|RDMA_CM_EVENT_REJECTED instead|RPMA_CONN_REJECTED instead' "$OUT/client" || break
 	echo "client rejected (no listener yet), try $try" >&2
 	sleep 1
 done
