@@ -24,6 +24,7 @@ struct cm_event {
 	struct rdma_cm_event ev;
 	struct cm_event *next;
 	bool dead;                    /* its id went first: dropped when read */
+	const void *mc;               /* a MULTICAST_JOIN's or _ERROR's group (struct cm_mc), compared only */
 	uint8_t priv[256];
 };
 
@@ -59,7 +60,8 @@ struct cm_mc {
 	struct cm_mc *next;
 	struct sockaddr_storage addr;  /* as joined: rdma_leave_multicast finds it by it */
 	union ibv_gid mgid;
-	struct ibv_qp *qp;             /* attached (NULL: a send-only join, or no QP then) */
+	struct ibv_qp *qp;             /* attached (NULL: a send-only join, or no QP when its JOIN was read) */
+	bool sendonly;                 /* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no attach */
 };
 
 /* One connection's protocol state.  It outlives its id when the id is

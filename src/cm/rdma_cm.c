@@ -50,6 +50,8 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	pthread_mutex_unlock(&cm.lock);
 }
 
+static void mc_joined_locked(struct cm_event *e);
+
 EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct cm_channel *ch = to_chan(channel);
@@ -103,6 +105,8 @@ EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_
 		/* a CONNECT_REQUEST is the listener's event until acked: the
 		 * child may be rejected and destroyed first (UCX does), as
 		 * librdmacm counts it (ucma_process_conn_req) */
+		if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN)
+			mc_joined_locked(e);
 		struct cm_id *owner = to_cmid(e->ev.listen_id ? e->ev.listen_id : e->ev.id);
 		owner->unacked++;
 		if (e->ev.listen_id) {
@@ -181,7 +185,7 @@ static void lock_acked(struct cm_id *c)
 
 static void unbind_locked(struct cm_id *c);
 
-static void mc_free_locked(struct cm_mc *mc);
+static void mc_free_locked(struct cm_id *c, struct cm_mc *mc, bool detach);
 
 static void id_free_locked(struct cm_id *c)
 {
@@ -191,9 +195,7 @@ static void id_free_locked(struct cm_id *c)
 	while (c->mcs) {
 		struct cm_mc *mc = c->mcs;
 		c->mcs = mc->next;
-		if (mc->qp != c->id.qp)
-			mc->qp = NULL;
-		mc_free_locked(mc);
+		mc_free_locked(c, mc, false);
 	}
 	unbind_locked(c);
 	for (struct cm_id **pp = &cm.ids; *pp; pp = &(*pp)->next_all)
@@ -852,9 +854,13 @@ static int join_locked(struct cm_id *c, const struct sockaddr *addr, uint16_t fl
 {
 	uint8_t mgid[16];
 	uint16_t port;
-	int rc = sockaddr_gid(addr, mgid, &port);
-	if (rc)
-		return rc;
+	/* an address librdmacm cannot size (AF_IB here too) is its EINVAL */
+	if (sockaddr_gid(addr, mgid, &port))
+		return EINVAL;
+	/* cma_join_multicast: the zero address is no group */
+	static const uint8_t any4[16] = { [10] = 0xff, [11] = 0xff }, any6[16];
+	if (!memcmp(mgid, any4, 16) || !memcmp(mgid, any6, 16))
+		return EINVAL;
 	/* cma's rdma_join_multicast: a UD id bound to a device */
 	if ((c->state != ID_BOUND && c->state != ID_ADDR_RESOLVED) || c->gid_index < 0 ||
 	    c->id.qp_type != IBV_QPT_UD)
@@ -869,6 +875,7 @@ static int join_locked(struct cm_id *c, const struct sockaddr *addr, uint16_t fl
 		free(mc);
 		return ENOMEM;
 	}
+	e->mc = mc;
 	memcpy(&mc->addr, addr, addr_len(addr));
 	memcpy(mc->mgid.raw, mgid, 16);
 	mc->next = c->mcs;
@@ -883,17 +890,31 @@ static int join_locked(struct cm_id *c, const struct sockaddr *addr, uint16_t fl
 	u->ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
 	u->ah_attr.grh.hop_limit = 64;
 	u->ah_attr.grh.traffic_class = c->tos;
-	if (c->id.qp && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
-		int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
-		if (err) {
-			/* librdmacm's rdma_seterrno: status -1 */
-			e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
-			e->ev.status = -1;
-		} else {
-			mc->qp = c->id.qp;
-		}
-	}
+	mc->sendonly = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
 	return 0;
+}
+
+/* A MULTICAST_JOIN read (cm.lock held): as librdmacm's ucma_process_join,
+ * the id's QP of that moment is attached unless the join is send-only,
+ * and an attach that fails makes the event MULTICAST_ERROR with
+ * rdma_seterrno's status, -1. */
+static void mc_joined_locked(struct cm_event *e)
+{
+	struct cm_id *c = to_cmid(e->ev.id);
+	struct cm_mc *mc = NULL;
+	for (struct cm_mc *m = c->mcs; m; m = m->next)
+		if (m == e->mc)
+			mc = m;
+	if (!mc || mc->sendonly || !c->id.qp)
+		return;
+	int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
+	if (err) {
+		e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+		e->ev.status = -1;
+		errno = err;
+	} else {
+		mc->qp = c->id.qp;
+	}
 }
 
 static int join(struct rdma_cm_id *id, const struct sockaddr *addr, uint16_t flags, void *context)
@@ -928,10 +949,17 @@ EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_
 	return join(id, mc_join_attr->addr, (uint16_t)mc_join_attr->join_flags, context);
 }
 
-/* The group leaves the id; its QP detaches (cm.lock held). */
-static void mc_free_locked(struct cm_mc *mc)
+/* The group leaves the id (cm.lock held): its JOIN or ERROR event still
+ * unread goes too (the kernel's ucma_cleanup_mc_events), and the QP it
+ * attached detaches when `detach` (rdma_leave_multicast; destroying the
+ * id detaches nothing, as the kernel's cma_leave_mc_groups, and the QP may
+ * be gone already: ibv_destroy_qp left its groups, obj/mcast.c). */
+static void mc_free_locked(struct cm_id *c, struct cm_mc *mc, bool detach)
 {
-	if (mc->qp)
+	for (struct cm_event *e = c->chan->head; e; e = e->next)
+		if (e->mc == mc)
+			e->dead = true;
+	if (detach && mc->qp)
 		ibv_detach_mcast(mc->qp, &mc->mgid, 0);
 	free(mc);
 }
@@ -953,7 +981,7 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (mc && mc->qp != c->id.qp)
 		mc->qp = NULL;
 	if (mc)
-		mc_free_locked(mc);
+		mc_free_locked(c, mc, true);
 	pthread_mutex_unlock(&cm.lock);
 	return mc ? 0 : fail(EADDRNOTAVAIL);
 }

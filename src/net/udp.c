@@ -133,7 +133,26 @@ struct udp_priv {
 	atomic_int nmc;
 	atomic_bool ip_meta;                 /* rx_ip_meta's, for group sockets opened later */
 	int epfd;                            /* the engine's (add_fds), for those too; -1: none */
+	pid_t epfd_pid;                      /* whose it is: a forked child's epoll is its parent's */
+	unsigned ifindex[UROCE_MAX_GIDS];    /* an IPv6 address's interface (multicast names it) */
 };
+
+/* A transmit socket's sends to a multicast group: the hop limit the
+ * kernel's rdma_cm gives a RoCEv2 group (cm-wire.md, multicast), not IP's
+ * 1; an IPv4 group leaves by the interface of the bound source address,
+ * an IPv6 one must be told it. */
+static void tx_mcast_opts(const struct udp_priv *p, int g, int fd)
+{
+	int hops = 64, ifx = (int)p->ifindex[g];
+
+	if (gid_is_ipv4(p->cfg->gids[g])) {
+		setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &hops, sizeof(hops));
+		return;
+	}
+	setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof(hops));
+	if (ifx > 0)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifx, sizeof(ifx));
+}
 
 /* A doorbell: "uroce-db" and the QPN slot of the process whose region it
  * wakes (big-endian: a shared address's steering program reads it, and a
@@ -215,11 +234,11 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		/* SO_REUSEADDR would let any user's socket with it bind the
 		 * receive port too (and take its unicast packets): a shared
 		 * receive socket sets SO_REUSEPORT alone, whose group the
-		 * kernel keeps to one effective uid.  A multicast group is
-		 * another matter: each member socket gets its own copy of a
-		 * datagram, whoever opened it, so a group socket sets
-		 * SO_REUSEADDR, as every multicast receiver does */
-		if (!rx || gid_is_multicast(gid))
+		 * kernel keeps to one effective uid.  So does a multicast
+		 * group's socket: the kernel gives every member socket of a
+		 * group its own copy of a datagram, with no reuseport choice
+		 * (__udp4_lib_mcast_deliver), and no other user joins ours */
+		if (!rx)
 			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	}
@@ -231,12 +250,6 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 		 * socket without checksums, and offload makes it free. */
 		if (rx)
 			setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
-		/* to a multicast group: the hop limit the kernel's rdma_cm gives
-		 * an IPv4 group on RoCEv2 (cm-wire.md, multicast), not IP's 1;
-		 * the interface is the one of the bound source address */
-		int hops = 64;
-		if (!rx)
-			setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &hops, sizeof(hops));
 	} else {
 		int pmtu = IPV6_PMTUDISC_DO;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
@@ -245,12 +258,6 @@ static int udp_socket(const uint8_t gid[16], uint16_t port, bool reuse, bool rx)
 			/* rxe sends IPv6 with UDP checksum 0 (§1.4) */
 			setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
 			setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
-		} else {
-			/* to a multicast group, as IPv4 above */
-			int hops = 64, ifx = (int)addr_ifindex(gid);
-			setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof(hops));
-			if (ifx > 0)
-				setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifx, sizeof(ifx));
 		}
 	}
 	int buf = 8 << 20;
@@ -435,6 +442,9 @@ static int udp_open(struct uroce_backend *be)
 		net->gso_max_segs = UROCE_GSO_MAX_SEGS;
 	if (probe >= 0)
 		close(probe);
+	for (int i = 0; i < cfg->ngids && i < UROCE_MAX_GIDS; i++)
+		if (!gid_is_ipv4(cfg->gids[i]))
+			p->ifindex[i] = addr_ifindex(cfg->gids[i]);
 	p->stats = net->stats;
 	be->priv = p;
 	return 0;
@@ -491,8 +501,10 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 		s->port = (uint16_t)(0xC000 | i);
 		fd = udp_socket(sgid, s->port, true, false);
 		s->v4 = gid_is_ipv4(sgid);
-		if (fd >= 0)
+		if (fd >= 0) {
+			tx_mcast_opts(p, g, fd);
 			s->fd = fd;
+		}
 		else if (fd == -EADDRINUSE || fd == -EACCES)
 			s->fd = -2;  /* not tried again */
 	}
@@ -507,6 +519,7 @@ static const struct udp_txsock *tx_sock(struct udp_priv *p, const uint8_t sgid[1
 			uint8_t gid[16];
 			fd = udp_socket(sgid, 0, false, false);
 			if (fd >= 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+				tx_mcast_opts(p, g, fd);
 				sockaddr_to_gid(&ss, gid, &s->port);
 				s->v4 = gid_is_ipv4(sgid);
 				s->fd = fd;
@@ -707,7 +720,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	int got = 0, used = 0, k;
 
 	(void)busy; /* a socket's packets wake the engine's epoll */
-	int nmc = atomic_load_explicit(&p->nmc, memory_order_relaxed);
+	int nmc = atomic_load_explicit(&p->nmc, memory_order_acquire);
 	/* forward and multicast sockets, read now and then */
 	bool fwd_read = (p->nrx > p->cfg->ngids || nmc > 0) &&
 			(atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) || be->net->rx_sockets_woke ||
@@ -803,6 +816,8 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	}
 	if (k < nfd)
 		*more = true; /* sockets left unread for want of room */
+	if (k < nfd && fwd_read)
+		atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);  /* the side sockets' turn stands */
 	p->rr++;
 	return got;
 }
@@ -815,7 +830,7 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	struct udp_priv *p = be->priv;
 	struct pollfd pfd[UDP_RX_FDS + UROCE_MAX_MCAST_GRP];
 	struct timespec zero = { 0, 0 };
-	int nfd = p->nrx, nmc = atomic_load_explicit(&p->nmc, memory_order_relaxed);
+	int nfd = p->nrx, nmc = atomic_load_explicit(&p->nmc, memory_order_acquire);
 
 	(void)busy;
 	for (int i = 0; i < p->nrx; i++)
@@ -842,6 +857,7 @@ static int udp_add_fds(struct uroce_backend *be, int epfd)
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, p->mc_fd[i], &ev) < 0)
 			return -errno;
 	p->epfd = epfd;
+	p->epfd_pid = getpid();
 	return 0;
 }
 
@@ -874,25 +890,44 @@ static void udp_rx_ip_meta(struct uroce_backend *be, bool on)
 	atomic_store(&p->ip_meta, on);
 	for (int i = 0; i < p->nrx; i++)
 		ip_meta_set(p->rx_fd[i], on);
+	for (int i = 0; i < atomic_load(&p->nmc); i++)
+		ip_meta_set(p->mc_fd[i], on);
 }
 
 /* A multicast group (§1.5 item 2: BTH destination QPN 0xFFFFFF, an IP
  * multicast destination): a socket bound to the group's address, so that
  * it gets the group's datagrams and no other, a member on every address of
  * the device of the group's family (the kernel's IGMP / MLD join, as the
- * kernel's rdma_cm sends for a RoCEv2 group). */
+ * kernel's rdma_cm sends for a RoCEv2 group), and only for the groups
+ * joined on those interfaces (IP_MULTICAST_ALL off: by default a socket
+ * bound to a group also gets it from any interface where any socket of the
+ * host joined it). */
 static int udp_mcast_join(struct uroce_backend *be, const uint8_t mgid[16])
 {
 	struct udp_priv *p = be->priv;
 	int n = atomic_load(&p->nmc);
 	bool v4 = gid_is_ipv4(mgid);
-	int joined = 0, err = EADDRNOTAVAIL;
+	int joined = 0, err = 0, any = 0, zero = 0;
 
+	for (int i = 0; i < p->cfg->ngids; i++)
+		any += gid_is_ipv4(p->cfg->gids[i]) == v4;
+	/* no address of the group's family: nothing can arrive, and the
+	 * attach is a verbs matter (rxe's attach has no IP side to fail) */
+	if (!any)
+		return 0;
+	/* an IPv6 group of link or interface scope is bound with a scope
+	 * id, which a device of several interfaces has none of */
+	if (!v4 && (mgid[1] & 0x0F) <= 2)
+		return -EOPNOTSUPP;
 	if (n == UROCE_MAX_MCAST_GRP)
 		return -ENOMEM;
 	int fd = udp_socket(mgid, ROCE_UDP_PORT, true, true);
 	if (fd < 0)
 		return fd;
+	if (v4)
+		setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
+	else
+		setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &zero, sizeof(zero));
 	for (int i = 0; i < p->cfg->ngids; i++) {
 		const uint8_t *a = p->cfg->gids[i];
 		int rc;
@@ -904,7 +939,7 @@ static int udp_mcast_join(struct uroce_backend *be, const uint8_t mgid[16])
 			memcpy(&mr.imr_address, a + 12, 4);
 			rc = setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof(mr));
 		} else {
-			struct ipv6_mreq mr = { .ipv6mr_interface = addr_ifindex(a) };
+			struct ipv6_mreq mr = { .ipv6mr_interface = p->ifindex[i] };
 			memcpy(&mr.ipv6mr_multiaddr, mgid, 16);
 			rc = setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &mr, sizeof(mr));
 		}
@@ -920,15 +955,16 @@ static int udp_mcast_join(struct uroce_backend *be, const uint8_t mgid[16])
 	}
 	if (atomic_load(&p->ip_meta))
 		ip_meta_set(fd, true);
+	/* the engine's epoll set, not in a forked child: it is its parent's */
 	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
-	if (p->epfd >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	if (p->epfd >= 0 && p->epfd_pid == getpid() && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		err = errno;
 		close(fd);
 		return -err;
 	}
 	memcpy(p->mc_gid[n], mgid, 16);
 	atomic_store(&p->mc_fd[n], fd);
-	atomic_store(&p->nmc, n + 1);
+	atomic_store_explicit(&p->nmc, n + 1, memory_order_release);
 	return 0;
 }
 
@@ -946,7 +982,11 @@ static void udp_mcast_leave(struct uroce_backend *be, const uint8_t mgid[16])
 		memcpy(p->mc_gid[i], p->mc_gid[n - 1], 16);
 		atomic_store(&p->mc_fd[i], p->mc_fd[n - 1]);
 		atomic_store(&p->nmc, n - 1);
-		close(fd);  /* leaves the group and the engine's epoll set */
+		/* out of the epoll set first: a forked child may still hold the
+		 * socket open, and a closed fd leaves epoll only with its last */
+		if (p->epfd >= 0 && p->epfd_pid == getpid())
+			epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+		close(fd);
 		return;
 	}
 }

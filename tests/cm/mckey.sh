@@ -28,7 +28,7 @@ else
 	DIR=$(mktemp -d)
 	trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$DIR"' EXIT
 	K=$(( $$ % 200 + 20 ))
-	GROUP=239.93.$K.1
+	GROUP=239.94.$K.1
 	RECV=("r1 - 127.94.$K.1" "r2 - 127.94.$K.1" "r3 - 127.94.$K.2")
 	SEND="s - 127.94.$K.1"
 fi
