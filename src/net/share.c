@@ -121,19 +121,23 @@ static int lock_byte(int fd, off_t at, short type, bool wait)
 	return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
 }
 
-/* The registry lock, waited for up to SHARE_LOCK_WAIT_NS when `patient`
- * (device open), else tried once (the receive path never waits on another
- * process). */
-static bool registry_lock(struct share *sh, bool patient)
+/* The registry lock on fd, waited for up to SHARE_LOCK_WAIT_NS. */
+static bool fd_lock_patient(int fd)
 {
 	uint64_t until = now_ns() + SHARE_LOCK_WAIT_NS;
-	for (;;) {
-		if (lock_byte(sh->fd, 0, F_WRLCK, false) == 0)
-			return true;
-		if (!patient || now_ns() > until)
+	while (lock_byte(fd, 0, F_WRLCK, false) < 0) {
+		if (now_ns() > until)
 			return false;
 		usleep(200);
 	}
+	return true;
+}
+
+/* The registry lock, waited for when `patient` (device open), else tried
+ * once (the receive path never waits on another process). */
+static bool registry_lock(struct share *sh, bool patient)
+{
+	return patient ? fd_lock_patient(sh->fd) : lock_byte(sh->fd, 0, F_WRLCK, false) == 0;
 }
 
 static void registry_unlock(struct share *sh)
@@ -242,11 +246,44 @@ static int registry_open(const uint8_t gid[16])
 	return -EAGAIN;
 }
 
+/* Is fd the registry now named for gid?  The last member to leave unlinks
+ * it (share_close), so an open that came before may hold one nobody else
+ * will find. */
+static bool registry_linked(int fd, const uint8_t gid[16])
+{
+	char name[96];
+	struct stat a, b;
+	int dfd = shm_registry_dir();
+
+	registry_name(gid, name, sizeof(name));
+	return dfd >= 0 && fstat(fd, &a) == 0 && fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* gid's registry, open with the registry lock held and still linked (a
+ * last member's close may have unlinked it between the open and the lock). */
+static int registry_open_locked(const uint8_t gid[16])
+{
+	for (int attempt = 0; attempt < 8; attempt++) {
+		int fd = registry_open(gid);
+		if (fd < 0)
+			return fd;
+		if (!fd_lock_patient(fd)) {
+			close(fd);
+			return -EBUSY;
+		}
+		if (registry_linked(fd, gid))
+			return fd;
+		close(fd);  /* and its lock */
+	}
+	return -EAGAIN;
+}
+
 int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 {
 	if (slot < SHARE_SLOT_FIRST || slot > SHARE_SLOT_LAST)
 		return -EINVAL;
-	int fd = registry_open(gid);
+	int fd = registry_open_locked(gid);
 	if (fd < 0)
 		return fd;
 	struct stat st;
@@ -260,8 +297,10 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 		close(fd);
 		return -EIO;
 	}
-	if (lock_byte(fd, 1 + (off_t)slot, F_WRLCK, false) < 0) {
-		int e = errno;
+	int locked = lock_byte(fd, 1 + (off_t)slot, F_WRLCK, false), e = errno;
+	/* the slot is held: the registry may be let go */
+	lock_byte(fd, 0, F_UNLCK, false);
+	if (locked < 0) {
 		close(fd);
 		return e == EAGAIN || e == EACCES ? -EBUSY : -e;
 	}
@@ -311,8 +350,22 @@ void share_close(struct share *sh)
 			shm_unguard_mapping(sh->guard);
 		munmap(sh->map, sizeof(*sh->map));
 	}
+	/* the last member out removes the registry, under its lock, which
+	 * every joiner takes before its slot and then checks the file is
+	 * still named (registry_open_locked): nobody is left holding one
+	 * that others will not find.  Any lock of another open past byte 0
+	 * (a slot, a port) is a member. */
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 1, .l_len = 0 };
+	int dfd = shm_registry_dir();
+	if (sh->fd >= 0 && sh->opener == getpid() && dfd >= 0 && fd_lock_patient(sh->fd)) {
+		if (fcntl(sh->fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK && registry_linked(sh->fd, sh->gid)) {
+			char name[96];
+			registry_name(sh->gid, name, sizeof(name));
+			unlinkat(dfd, name, 0);
+		}
+	}
 	if (sh->fd >= 0)
-		close(sh->fd);  /* releases the slot's lock */
+		close(sh->fd);  /* releases the slot's lock and the registry's */
 	free(sh);
 }
 
