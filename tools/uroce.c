@@ -99,9 +99,25 @@ static int check_real_libibverbs(void)
 	return 0;
 }
 
+/* Is entry (len bytes of an LD_PRELOAD list) a liburoce, this one or
+ * another build's?  One copy goes first; a second would define every verb
+ * twice. */
+static bool is_liburoce(const char *entry, size_t len)
+{
+	static const char base[] = "liburoce.so";
+	const char *slash = memrchr(entry, '/', len);
+	const char *name = slash ? slash + 1 : entry;
+	return (size_t)(entry + len - name) == sizeof(base) - 1 && !memcmp(name, base, sizeof(base) - 1);
+}
+
+/* LD_PRELOAD for the program: the sanitizer runtime of a sanitizer build
+ * (it must come first), liburoce, then every entry the caller had, in its
+ * order, less liburoce and that runtime (issue #16: `mpirun -x
+ * LD_PRELOAD=shim.so uroce run --` keeps its shim).  ld.so splits the list
+ * at colons and spaces; so does this. */
 static int set_preload(void)
 {
-	char lib[PATH_MAX], buf[PATH_MAX * 2];
+	char lib[PATH_MAX];
 
 	if (find_library(lib, sizeof(lib)) != 0) {
 		fprintf(stderr, "uroce: cannot find liburoce.so next to this program (set UROCE_LIB)\n");
@@ -110,11 +126,31 @@ static int set_preload(void)
 	if (check_real_libibverbs())
 		return -1;
 	const char *old = getenv("LD_PRELOAD");
-	/* a sanitizer build of liburoce needs the sanitizer runtime first */
 	const char *first = getenv("UROCE_SANITIZER_RUNTIME");
-	snprintf(buf, sizeof(buf), "%s%s%s%s%s", first && *first ? first : "", first && *first ? ":" : "",
-		 lib, old && *old && !strstr(old, lib) ? ":" : "", old && *old && !strstr(old, lib) ? old : "");
+	if (!old)
+		old = "";
+	if (!first)
+		first = "";
+	size_t room = strlen(first) + strlen(lib) + strlen(old) + 3;
+	char *buf = malloc(room), *w = buf;
+	if (!buf)
+		return -1;
+	w += sprintf(w, "%s%s%s", first, *first ? ":" : "", lib);
+	for (const char *p = old; *p;) {
+		size_t len = strcspn(p, ": ");
+		/* the runtime's entries are colon-separated in `first` */
+		bool runtime = false;
+		for (const char *f = first; *f && !runtime;) {
+			size_t fl = strcspn(f, ":");
+			runtime = fl == len && !memcmp(f, p, len);
+			f += fl + (f[fl] == ':');
+		}
+		if (len && !runtime && !is_liburoce(p, len))
+			w += sprintf(w, ":%.*s", (int)len, p);
+		p += len + (p[len] != 0);
+	}
 	setenv("LD_PRELOAD", buf, 1);
+	free(buf);
 	return 0;
 }
 
