@@ -41,9 +41,13 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		return;
 	}
 	qp->resp.cur_recv_valid = true;
+	/* On RoCE, a UD receive's sl tells the packet's L3 header, as mlx5
+	 * reports it (its PRM: bits 2:0, 1 IPv6, 2 IPv4; UCX's ud transports
+	 * read it so to find the destination GID in the GRH area, and drop
+	 * what does not match); rxe leaves 0, which UCX takes for IPv6. */
 	struct ibv_wc wc = {
 		.wr_id = qp->resp.cur_recv.wr_id, .opcode = IBV_WC_RECV, .qp_num = qp->qpn,
-		.src_qp = deth_sqpn(deth), .wc_flags = IBV_WC_GRH,
+		.src_qp = deth_sqpn(deth), .wc_flags = IBV_WC_GRH, .sl = gid_is_ipv4(pkt->rx->sgid) ? 2 : 1,
 	};
 	struct uroce_recv_wqe *r = &qp->resp.cur_recv;
 	if (40 + (uint64_t)pkt->paylen > r->length) {

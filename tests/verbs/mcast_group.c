@@ -112,10 +112,11 @@ static void expect_all(struct rq *r, int step, const char *who)
 			continue;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
+		/* sl: the L3 header type of a RoCE UD receive, 2 for IPv4 (src/transport/ud.c) */
 		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || wc.byte_len != GRH + SIZE ||
-		    !(wc.wc_flags & IBV_WC_GRH) || wc.src_qp == 0) {
-			printf("FAIL: step %d: %s completion status %d opcode %d len %u\n", step, who, wc.status,
-			       wc.opcode, wc.byte_len);
+		    !(wc.wc_flags & IBV_WC_GRH) || wc.src_qp == 0 || wc.sl != 2) {
+			printf("FAIL: step %d: %s completion status %d opcode %d len %u sl %u\n", step, who, wc.status,
+			       wc.opcode, wc.byte_len, wc.sl);
 			exit(1);
 		}
 		const uint8_t *p = r->buf + wc.wr_id * (GRH + SIZE) + GRH;
