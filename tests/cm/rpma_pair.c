@@ -25,6 +25,7 @@
 
 #define BUF_SIZE (256 * 1024) /* many packets each way at any MTU */
 #define MSG_SIZE 64           /* one SEND / RECV slot */
+_Static_assert(2 * MSG_SIZE <= 4096, "the message buffer: a page");
 #define SEED_A 0x11
 #define SEED_B 0x5a
 #define AW_OFF 4104 /* rpma_atomic_write's 8 bytes: 8-aligned, past a page */
@@ -125,7 +126,8 @@ static int server(const char *addr, const char *port)
 	struct rpma_conn_req *req;
 	struct rpma_conn *conn = NULL;
 	uint8_t *buf = aligned_alloc(4096, BUF_SIZE);
-	char *msg = aligned_alloc(4096, 2 * MSG_SIZE); /* [0]: send, [MSG_SIZE]: recv */
+	/* aligned_alloc wants a size that is a multiple of the alignment (C11) */
+	char *msg = aligned_alloc(4096, 4096); /* [0]: send, [MSG_SIZE]: recv */
 	int ret;
 
 	if (!buf || !msg)
@@ -217,7 +219,7 @@ static int client(const char *addr, const char *port)
 	struct rpma_conn_req *req;
 	struct rpma_conn *conn;
 	uint8_t *buf = aligned_alloc(4096, BUF_SIZE);
-	char *msg = aligned_alloc(4096, 2 * MSG_SIZE);
+	char *msg = aligned_alloc(4096, 4096);
 	long bad;
 	int ret;
 
