@@ -98,7 +98,9 @@ struct udp_txsock {
 /* Receive sockets: one per GID, then, for each GID whose address is
  * shared (share.h), its forward socket. */
 #define UDP_RX_FDS (2 * UROCE_MAX_GIDS)
-#define FWD_EVERY 16
+/* The side sockets' safety net: a receive call reads them at least this
+ * often (below). */
+#define SIDE_EVERY_NS 1000000ull
 
 struct udp_priv {
 	int rx_fd[UDP_RX_FDS];
@@ -110,13 +112,16 @@ struct udp_priv {
 	struct uroce_config *cfg;
 	int nrx;
 	unsigned rr;
-	/* Forward sockets are read when a look found them readable
-	 * (rx_ready), the engine woke for the sockets, or every
-	 * FWD_EVERY-th call: an empty receive call on them in every poll was
-	 * a system call per look, ~1.5 us on ib_write_lat's round trip
-	 * between two processes with an address of their own. */
+	/* Forward and multicast sockets (the side sockets) are read when a
+	 * look found them readable (rx_ready), the engine woke for the
+	 * sockets, or a millisecond after they were last read (a receive
+	 * call that no look came before: a due ACK or timer, housekeeping):
+	 * an empty receive call on them in every poll was a system call per
+	 * look, ~1.5 us on ib_write_lat's round trip between two processes
+	 * with an address of their own, and one every 16th call still
+	 * ~0.1 us. */
 	atomic_bool fwd_due;
-	unsigned fwd_calls;
+	uint64_t side_read_ns;               /* the side sockets were last read (rx_lock) */
 	uint8_t *bufs;                       /* UROCE_RX_BUFS buffers of UROCE_RX_BUFSZ */
 	struct mmsghdr mm[UROCE_RX_BUFS];
 	struct iovec iov[UROCE_RX_BUFS];
@@ -722,9 +727,14 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	(void)busy; /* a socket's packets wake the engine's epoll */
 	int nmc = atomic_load_explicit(&p->nmc, memory_order_acquire);
 	/* forward and multicast sockets, read now and then */
-	bool fwd_read = (p->nrx > p->cfg->ngids || nmc > 0) &&
-			(atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) || be->net->rx_sockets_woke ||
-			 ++p->fwd_calls % FWD_EVERY == 0);
+	bool fwd_read = false;
+	if (p->nrx > p->cfg->ngids || nmc > 0) {
+		uint64_t now = now_ns();
+		fwd_read = atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) ||
+			   be->net->rx_sockets_woke || now - p->side_read_ns > SIDE_EVERY_NS;
+		if (fwd_read)
+			p->side_read_ns = now;
+	}
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
 	int nfd = p->nrx + (fwd_read ? nmc : 0);
