@@ -269,8 +269,12 @@ static int registry_open_locked(const uint8_t gid[16])
 		if (fd < 0)
 			return fd;
 		if (!fd_lock_patient(fd)) {
+			/* not "the slot is taken" (-EBUSY): share_claim would try
+			 * every slot, 200 ms each, behind a member stopped with
+			 * the lock held */
 			close(fd);
-			return -EBUSY;
+			LOG_INFO("uroce: the registry of a shared address stayed locked by another process");
+			return -ETIMEDOUT;
 		}
 		if (registry_linked(fd, gid))
 			return fd;
@@ -394,6 +398,9 @@ static void steer_locked(struct share *sh)
 		return;
 	unsigned n = 0;
 
+#ifndef SO_DETACH_REUSEPORT_BPF
+#define SO_DETACH_REUSEPORT_BPF 68  /* Linux 5.8; before it the old program stays, harmless */
+#endif
 	/* a member alone has every packet without a program, which would
 	 * only cost each of them a run in the softirq (~0.1 us a round trip
 	 * of ib_write_lat by UDP); the next member's probes build one */

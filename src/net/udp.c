@@ -760,6 +760,11 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 			continue;
 		if (r == want)
 			*more = true;
+		/* a side socket that had packets stays due while it has them: an
+		 * engine busy receiving makes no look, and the 1 ms net would
+		 * cap forwarded or multicast packets at a batch a millisecond */
+		if (fi >= p->cfg->ngids)
+			atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);
 		for (int i = used; i < used + r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
 			struct uroce_rxpkt tmpl;

@@ -6,9 +6,11 @@
 #   test_launcher_preload.sh LAUNCHER LIBUROCE
 set -u
 LAUNCHER=$1 LIB=$2
-# two libraries every Debian machine has, loadable as preloads
-Z=$(ldconfig -p | awk '/libz.so.1 .*x86-64/ {print $NF; exit}')
-M=$(ldconfig -p | awk '/libm.so.6 .*x86-64/ {print $NF; exit}')
+# two libraries every Debian machine has, loadable as preloads (this
+# architecture's: the launcher's own multiarch directory)
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpmachine)
+Z=$(ls /lib/$arch/libz.so.1 /usr/lib/$arch/libz.so.1 2>/dev/null | head -1)
+M=$(ls /lib/$arch/libm.so.6 /usr/lib/$arch/libm.so.6 2>/dev/null | head -1)
 [ -n "$Z" ] && [ -n "$M" ] || { echo "FAIL: libz or libm not found"; exit 1; }
 fail=0
 check() { # WANT LD_PRELOAD (a sanitizer build's runtime goes first: scripts/test.sh)
