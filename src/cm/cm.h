@@ -60,8 +60,7 @@ struct cm_mc {
 	struct cm_mc *next;
 	struct sockaddr_storage addr;  /* as joined: rdma_leave_multicast finds it by it */
 	union ibv_gid mgid;
-	struct ibv_qp *qp;             /* attached (NULL: a send-only join, or no QP when its JOIN was read) */
-	bool sendonly;                 /* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no attach */
+	bool sendonly;                 /* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no attach, no detach */
 };
 
 /* One connection's protocol state.  It outlives its id when the id is

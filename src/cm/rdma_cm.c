@@ -185,7 +185,7 @@ static void lock_acked(struct cm_id *c)
 
 static void unbind_locked(struct cm_id *c);
 
-static void mc_free_locked(struct cm_id *c, struct cm_mc *mc, bool detach);
+static void mc_free_locked(struct cm_id *c, struct cm_mc *mc);
 
 static void id_free_locked(struct cm_id *c)
 {
@@ -195,7 +195,7 @@ static void id_free_locked(struct cm_id *c)
 	while (c->mcs) {
 		struct cm_mc *mc = c->mcs;
 		c->mcs = mc->next;
-		mc_free_locked(c, mc, false);
+		mc_free_locked(c, mc);
 	}
 	unbind_locked(c);
 	for (struct cm_id **pp = &cm.ids; *pp; pp = &(*pp)->next_all)
@@ -907,13 +907,9 @@ static void mc_joined_locked(struct cm_event *e)
 			mc = m;
 	if (!mc || mc->sendonly || !c->id.qp)
 		return;
-	int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
-	if (err) {
+	if (ibv_attach_mcast(c->id.qp, &mc->mgid, 0)) {
 		e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
 		e->ev.status = -1;
-		errno = err;
-	} else {
-		mc->qp = c->id.qp;
 	}
 }
 
@@ -950,17 +946,15 @@ EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_
 }
 
 /* The group leaves the id (cm.lock held): its JOIN or ERROR event still
- * unread goes too (the kernel's ucma_cleanup_mc_events), and the QP it
- * attached detaches when `detach` (rdma_leave_multicast; destroying the
- * id detaches nothing, as the kernel's cma_leave_mc_groups, and the QP may
- * be gone already: ibv_destroy_qp left its groups, obj/mcast.c). */
-static void mc_free_locked(struct cm_id *c, struct cm_mc *mc, bool detach)
+ * unread goes too (the kernel's ucma_cleanup_mc_events).  Only
+ * rdma_leave_multicast detaches a QP; destroying the id detaches nothing,
+ * as the kernel's cma_leave_mc_groups (ibv_destroy_qp leaves its groups,
+ * obj/mcast.c). */
+static void mc_free_locked(struct cm_id *c, struct cm_mc *mc)
 {
 	for (struct cm_event *e = c->chan->head; e; e = e->next)
 		if (e->mc == mc)
 			e->dead = true;
-	if (detach && mc->qp)
-		ibv_detach_mcast(mc->qp, &mc->mgid, 0);
 	free(mc);
 }
 
@@ -977,11 +971,12 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 			*pp = mc->next;
 			break;
 		}
-	/* librdmacm detaches only while the id has its QP */
-	if (mc && mc->qp != c->id.qp)
-		mc->qp = NULL;
+	/* librdmacm's rdma_leave_multicast: the id's QP of now, unless the
+	 * join was send-only (an attach that failed: the detach fails too) */
+	if (mc && c->id.qp && !mc->sendonly)
+		ibv_detach_mcast(c->id.qp, &mc->mgid, 0);
 	if (mc)
-		mc_free_locked(c, mc, true);
+		mc_free_locked(c, mc);
 	pthread_mutex_unlock(&cm.lock);
 	return mc ? 0 : fail(EADDRNOTAVAIL);
 }
@@ -1126,10 +1121,6 @@ EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	pthread_mutex_lock(&cm.lock);
 	struct ibv_qp *qp = id->qp;
 	id->qp = NULL;
-	/* its groups go with it (obj/mcast.c) */
-	for (struct cm_mc *mc = to_cmid(id)->mcs; mc; mc = mc->next)
-		if (mc->qp == qp)
-			mc->qp = NULL;
 	pthread_mutex_unlock(&cm.lock);
 	ibv_destroy_qp(qp);
 	/* and the CQs and channels on the id, rsocket's own included (§2.5) */
