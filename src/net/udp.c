@@ -120,7 +120,7 @@ struct udp_priv {
 	 * look, ~1.5 us on ib_write_lat's round trip between two processes
 	 * with an address of their own, and one every 16th call still
 	 * ~0.1 us. */
-	atomic_bool fwd_due;
+	atomic_bool side_due;
 	uint64_t side_read_ns;               /* the side sockets were last read (rx_lock) */
 	uint8_t *bufs;                       /* UROCE_RX_BUFS buffers of UROCE_RX_BUFSZ */
 	struct mmsghdr mm[UROCE_RX_BUFS];
@@ -727,23 +727,23 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	(void)busy; /* a socket's packets wake the engine's epoll */
 	int nmc = atomic_load_explicit(&p->nmc, memory_order_acquire);
 	/* forward and multicast sockets, read now and then */
-	bool fwd_read = false;
+	bool side_read = false;
 	if (p->nrx > p->cfg->ngids || nmc > 0) {
 		uint64_t now = now_ns();
-		fwd_read = atomic_exchange_explicit(&p->fwd_due, false, memory_order_relaxed) ||
+		side_read = atomic_exchange_explicit(&p->side_due, false, memory_order_relaxed) ||
 			   be->net->rx_sockets_woke || now - p->side_read_ns > SIDE_EVERY_NS;
-		if (fwd_read)
+		if (side_read)
 			p->side_read_ns = now;
 	}
 	/* each socket's datagrams go to buffers after the previous socket's:
 	 * the packets of this call point into all of them */
-	int nfd = p->nrx + (fwd_read ? nmc : 0);
+	int nfd = p->nrx + (side_read ? nmc : 0);
 	for (k = 0; k < nfd && got + UROCE_GRO_MAX_SEGS <= max && used < UROCE_RX_BUFS; k++) {
 		/* the unicast sockets in turn, then the groups' */
 		int fi = k < p->nrx ? (int)((p->rr + (unsigned)k) % (unsigned)p->nrx) : k;
 		bool mc = fi >= p->nrx;
 		int fd = mc ? p->mc_fd[fi - p->nrx] : p->rx_fd[fi];
-		if (!mc && p->rx_fwd[fi] && !fwd_read)
+		if (!mc && p->rx_fwd[fi] && !side_read)
 			continue;
 		/* a shared address's registry: a packet for another process's
 		 * QP is forwarded, one that came forwarded is unwrapped; a
@@ -763,8 +763,8 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 		/* a side socket that had packets stays due while it has them: an
 		 * engine busy receiving makes no look, and the 1 ms net would
 		 * cap forwarded or multicast packets at a batch a millisecond */
-		if (fi >= p->cfg->ngids)
-			atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);
+		if (mc || p->rx_fwd[fi])
+			atomic_store_explicit(&p->side_due, true, memory_order_relaxed);
 		for (int i = used; i < used + r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
 			struct uroce_rxpkt tmpl;
@@ -831,8 +831,8 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 	}
 	if (k < nfd)
 		*more = true; /* sockets left unread for want of room */
-	if (k < nfd && fwd_read)
-		atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);  /* the side sockets' turn stands */
+	if (k < nfd && side_read)
+		atomic_store_explicit(&p->side_due, true, memory_order_relaxed);  /* the side sockets' turn stands */
 	p->rr++;
 	return got;
 }
@@ -856,7 +856,7 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	long n = syscall(SYS_ppoll, pfd, (unsigned long)nfd, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
 	for (int i = p->cfg->ngids; n > 0 && i < nfd; i++)
 		if (pfd[i].revents)
-			atomic_store_explicit(&p->fwd_due, true, memory_order_relaxed);
+			atomic_store_explicit(&p->side_due, true, memory_order_relaxed);
 	return n != 0;
 }
 
