@@ -211,6 +211,29 @@ def object_sources(objdir, root):
     return objs
 
 
+def c_library_symbols():
+    """The dynamic symbols the C library this Python runs on defines (its
+    path from /proc/self/maps); empty where it cannot be read."""
+    path = None
+    try:
+        with open('/proc/self/maps') as f:
+            for line in f:
+                name = line.split()[-1]
+                if os.path.basename(name).startswith('libc.so'):
+                    path = name
+                    break
+    except OSError:
+        return set()
+    if not path:
+        return set()
+    try:
+        out = subprocess.run(['nm', '-D', '--defined-only', path], check=True,
+                             capture_output=True, text=True).stdout
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return set()
+    return {f.split()[-1].split('@')[0] for f in out.splitlines() if len(f.split()) >= 3}
+
+
 def symbol_graph(objs):
     """{source: {source it uses: sorted symbols}} from nm of every object."""
     try:
@@ -237,8 +260,14 @@ def symbol_graph(objs):
         elif kind in DEFINED:
             defs[sym][1 if kind in WEAK else 0].append(src)
     graph = {src: {} for src in objs.values()}
+    libc = c_library_symbols()
     for src, syms in uses.items():
         for sym in syms:
+            # a call of a C library function is a use of the C library, even
+            # where a room stands in for that function for the programs uroce
+            # runs in (src/sysfs/paths.c: open, stat, ...)
+            if sym in libc:
+                continue
             strong, weak = defs.get(sym, ((), ()))
             for target in strong or weak:      # a strong definition wins
                 if target != src:

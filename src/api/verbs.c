@@ -30,9 +30,12 @@ static struct ibv_device uroce_ibv_device = {
 	.node_type = IBV_NODE_CA,
 	.transport_type = IBV_TRANSPORT_IB,
 	.name = "uroce0",
-	.dev_name = "uverbs_uroce0",
-	.dev_path = "/dev/null/uroce0",     /* never opened: no kernel device */
-	.ibdev_path = "/dev/null/uroce0",   /* only a prefix for sysfs reads (verbs-abi.md) */
+	/* the names libibverbs gives a kernel device, which programs turn into
+	 * paths (UCX stats /dev/infiniband/<dev_name>): sysfs/ makes them
+	 * exist; nothing opens the character device */
+	.dev_name = "uverbs0",
+	.dev_path = "/sys/class/infiniband_verbs/uverbs0",
+	.ibdev_path = "/sys/class/infiniband/uroce0",
 };
 
 EXPORT struct ibv_device **ibv_get_device_list(int *num)

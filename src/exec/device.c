@@ -140,3 +140,13 @@ void uroce_dev_put(struct uroce_dev *dev)
 	}
 	pthread_mutex_unlock(&dev_global_lock);
 }
+
+bool uroce_dev_config(struct uroce_config *out)
+{
+	pthread_mutex_lock(&dev_global_lock);
+	struct uroce_dev *dev = open_dev ? open_dev : the_dev;
+	if (dev)
+		*out = dev->cfg;
+	pthread_mutex_unlock(&dev_global_lock);
+	return dev != NULL;
+}

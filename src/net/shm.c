@@ -646,20 +646,21 @@ bool shm_dir_refused(void)
  * XDG_RUNTIME_DIR, or none (review of issue #15: the second registry's
  * packets were dropped as unowned). */
 static int reg_dirfd = -1;
+static char reg_dir_path[64];
 static dev_t reg_dir_dev;
 static ino_t reg_dir_ino;
 static pthread_once_t reg_dir_once = PTHREAD_ONCE_INIT;
 
 static void reg_dir_init(void)
 {
-	char path[64];
+	char *path = reg_dir_path;
 	uid_t me = geteuid();
 	struct stat st;
 
 	if (me == 0)
-		snprintf(path, sizeof(path), "/run/uroce");
+		snprintf(path, sizeof(reg_dir_path), "/run/uroce");
 	else
-		snprintf(path, sizeof(path), "/dev/shm/uroce-%u", (unsigned)me);
+		snprintf(path, sizeof(reg_dir_path), "/dev/shm/uroce-%u", (unsigned)me);
 	reg_dirfd = dir_private_fd(AT_FDCWD, path, true);
 	if (reg_dirfd >= 0 && fstat(reg_dirfd, &st) == 0) {
 		reg_dir_dev = st.st_dev;
@@ -677,6 +678,11 @@ int shm_registry_dir(void)
 	if (reg_dirfd < 0 || fstat(reg_dirfd, &st) < 0 || st.st_dev != reg_dir_dev || st.st_ino != reg_dir_ino)
 		return -EACCES;
 	return reg_dirfd;
+}
+
+const char *shm_registry_path(void)
+{
+	return shm_registry_dir() < 0 ? NULL : reg_dir_path;
 }
 
 unsigned long shm_netns_id(void)

@@ -39,6 +39,9 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot);
  * uid and the same for all its processes: its fd (O_PATH, checked; not
  * ours to close) or -EACCES. */
 int shm_registry_dir(void);
+/* Its name, for paths other programs' calls are sent to (sysfs/); NULL
+ * when shm_registry_dir has none. */
+const char *shm_registry_path(void);
 /* The network namespace's inode number: names are per namespace. */
 unsigned long shm_netns_id(void);
 void shm_rx_close(struct shm_rx *rx);

@@ -125,6 +125,10 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 		uint8_t *buf = qp->sq_inline + (size_t)(qp->sq_head % qp->sq_size) * qp->cap.max_inline_data;
 		uint32_t off = 0;
 		for (int i = 0; i < wr->num_sge; i++) {
+			/* an empty SGE may have no address (UCX's zero-length
+			 * active messages post NULL): nothing to copy */
+			if (!wr->sg_list[i].length)
+				continue;
 			memcpy(buf + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			off += wr->sg_list[i].length;
 		}

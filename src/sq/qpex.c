@@ -269,6 +269,8 @@ static void qx_set_inline_data_list(struct ibv_qp_ex *q, size_t n, const struct 
 	uint8_t *buf = x->inl + (size_t)(wr - x->wr) * x->inl_size;
 	size_t off = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (!bufs[i].length)   /* may have no address: nothing to copy */
+			continue;
 		memcpy(buf + off, bufs[i].addr, bufs[i].length);
 		off += bufs[i].length;
 	}

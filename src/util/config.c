@@ -20,7 +20,7 @@
 /* Name of the interface that holds `gid` into name[IFNAMSIZ]: loopback
  * addresses (127/8, ::1, the automatic 127.64/10 ones) are on "lo", which
  * need not list them.  False if no interface holds it. */
-static bool netdev_of(const uint8_t gid[16], char *name)
+bool config_netdev_of(const uint8_t gid[16], char *name)
 {
 	static const uint8_t v6_loopback[16] = { [15] = 1 };
 	bool v4 = gid_is_ipv4(gid);
@@ -76,7 +76,7 @@ static void active_mtu_from_netdevs(struct uroce_config *cfg)
 
 	for (int g = 0; g < n; g++) {
 		unsigned mtu = 0;
-		if (!cfg->addr_from_env || netdev_of(cfg->gids[g], name))
+		if (!cfg->addr_from_env || config_netdev_of(cfg->gids[g], name))
 			mtu = netdev_mtu(name);
 		enum ibv_mtu m = IBV_MTU_1024;
 		if (mtu) {

@@ -41,6 +41,10 @@ struct uroce_config {
 	unsigned stats_mode;     /* UROCE_STATS_MODE: the stats page's permissions (& 0644) */
 };
 
+/* The interface that holds `gid`, its name into name[IFNAMSIZ]
+ * (loopback addresses are on "lo"); false if none does. */
+bool config_netdev_of(const uint8_t gid[16], char *name);
+
 /* 0, or -EINVAL for a UROCE_ADDR or UROCE_MTU that cannot be used (logged). */
 int uroce_config_load(struct uroce_config *cfg);
 /* Every setting the library reads, "  NAME value" a line, for diagnostics. */
