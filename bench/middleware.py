@@ -25,16 +25,23 @@ SIZES = [8, 4096, 65536, 1048576]
 
 
 def sh(cmd, env=None, timeout=300):
+    """(exit status, output); a run past its time is a failed one (the
+    scripts' own timeouts stop what they started)."""
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as x:
+        out = x.stdout.decode(errors='replace') if isinstance(x.stdout, bytes) else (x.stdout or '')
+        return 124, out
     return p.returncode, p.stdout
 
 
 def ucx_pair(launcher, mode, tls, test, size, iters):
     """One ucx_perftest run through tests/middleware's harness would check;
     here the server and client are started directly (host) or in the
-    namespaces of a throwaway netns set-up (netns, by ucx_bench.sh)."""
+    namespaces of a throwaway netns set-up (netns), by bench/ucx_pair.sh."""
     script = os.path.join(ROOT, 'bench', 'ucx_pair.sh')
     rc, out = sh(['bash', script, launcher, mode, tls, test, str(size), str(iters)])
     m = re.findall(r'^\s+\d+\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)', out, re.M)

@@ -16,6 +16,8 @@ static pthread_mutex_t dev_global_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct uroce_dev *the_dev;
 /* the device open now, the_dev's or a white-box test's (dev_global_lock) */
 static struct uroce_dev *open_dev;
+/* counts opens and closes: what uroce_dev_config answers changes with it */
+static atomic_uint dev_generation;
 
 __attribute__((destructor)) static void stats_at_process_exit(void)
 {
@@ -97,6 +99,7 @@ static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bo
 	}
 	stats_page_finish(dev->stats, &dev->cfg);
 	open_dev = dev;
+	atomic_fetch_add(&dev_generation, 1);
 	return dev;
 }
 
@@ -112,6 +115,7 @@ void uroce_dev_close(struct uroce_dev *dev)
 {
 	pthread_mutex_lock(&dev_global_lock);
 	open_dev = NULL;
+	atomic_fetch_add(&dev_generation, 1);
 	dev_free(dev);
 	pthread_mutex_unlock(&dev_global_lock);
 }
@@ -136,6 +140,7 @@ void uroce_dev_put(struct uroce_dev *dev)
 	pthread_mutex_lock(&dev_global_lock);
 	if (--dev->refcnt == 0) {
 		the_dev = open_dev = NULL;
+		atomic_fetch_add(&dev_generation, 1);
 		dev_free(dev);
 	}
 	pthread_mutex_unlock(&dev_global_lock);
@@ -149,4 +154,9 @@ bool uroce_dev_config(struct uroce_config *out)
 		*out = dev->cfg;
 	pthread_mutex_unlock(&dev_global_lock);
 	return dev != NULL;
+}
+
+unsigned uroce_dev_generation(void)
+{
+	return atomic_load(&dev_generation);
 }

@@ -13,6 +13,8 @@ void uroce_dev_put(struct uroce_dev *dev);
 /* A copy of the open device's configuration, whose automatic address is
  * filled in; false while no device is open. */
 bool uroce_dev_config(struct uroce_config *out);
+/* Changes whenever a device opens or closes. */
+unsigned uroce_dev_generation(void);
 /* A device on `backend` (NULL: UDP and same-host rings), with or without
  * an engine thread: the white-box tests drive one by hand.  One device at
  * a time in a process (the stats page, the MR table and the log level are

@@ -2,17 +2,20 @@
  * path names one of its files; every other path goes to libc untouched,
  * after one compare of its first bytes.
  *
- * verbs-abi.md says hard-coded /sys/class/infiniband paths "cannot be
+ * shared/docs/verbs-abi.md says hard-coded /sys/class/infiniband paths "cannot be
  * redirected by a preload": not through libibverbs' ibdev_path, true; a
  * preload can still stand in for the C library's path calls, which is what
  * this file does.  Every entry a program reaches by name is here, in its
  * glibc 2.36 symbol and the ones older binaries and _FORTIFY_SOURCE builds
  * call (__xstat, __open_2, ...); glibc's own calls between its functions
  * do not pass through the PLT, so each outer one (fopen, scandir,
- * realpath) is here too.  Calls with a directory fd and a relative path
- * are left alone: a directory fd of the view is a real directory. */
+ * realpath) is here too.  Not here, so not sent into the view: glob,
+ * nftw, freopen and scandirat (none of the programs uroce runs reaches
+ * sysfs through them).  Calls with a directory fd and a relative path are
+ * left alone: a directory fd of the view is a real directory. */
 #undef _FORTIFY_SOURCE
 #include "sysfs.h"
+#include <alloca.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -46,14 +49,13 @@ bool sysfs_path_in_view(const char *path)
 	return false;
 }
 
-/* path, or its place in the view (buf[PATH_MAX]); NULL with errno when
- * the view cannot be made -- the call then fails as it would have. */
+/* The path's place in the view, in buf[PATH_MAX]; NULL with ENOENT when
+ * the view cannot be made: the call fails as it would on a host with no
+ * RDMA device (a host's own devices are never shown under uroce). */
 static const char *redirect(const char *path, char *buf)
 {
 	char root[128];
 
-	if (!sysfs_path_in_view(path))
-		return path;
 	if (!sysfs_view_root(root, sizeof(root)) ||
 	    snprintf(buf, PATH_MAX, "%s%s", root, path) >= PATH_MAX) {
 		errno = ENOENT;
@@ -63,22 +65,31 @@ static const char *redirect(const char *path, char *buf)
 }
 
 /* libc's function of that name, found once (the loader's lookup is
- * idempotent, so two threads racing store the same pointer); without it
- * the call fails, returning `fail` */
-#define REAL(fail, ret, name, ...)                                                      \
-	static ret (*real)(__VA_ARGS__);                                                \
-	if (!__atomic_load_n(&real, __ATOMIC_ACQUIRE))                                  \
-		__atomic_store_n(&real, (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, name), __ATOMIC_RELEASE); \
-	if (!real) {                                                                    \
-		errno = ENOSYS;                                                         \
-		return fail;                                                            \
+ * idempotent, so two threads racing store the same pointer) and read
+ * once per call; without it the call fails, returning `fail` */
+#define REAL(fail, ret, name, ...)                                                \
+	static ret (*real_fn)(__VA_ARGS__);                                       \
+	ret (*real)(__VA_ARGS__) = __atomic_load_n(&real_fn, __ATOMIC_ACQUIRE);   \
+	if (!real) {                                                              \
+		real = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, name);               \
+		__atomic_store_n(&real_fn, real, __ATOMIC_RELEASE);               \
+	}                                                                         \
+	if (!real) {                                                              \
+		errno = ENOSYS;                                                   \
+		return fail;                                                      \
 	}
 
-#define PATH_OR_FAIL(p, fail)            \
-	char buf_[PATH_MAX];             \
-	const char *p##_ = redirect(p, buf_); \
-	if (!p##_)                       \
-		return fail;
+/* p_: p, or its place in the view.  The PATH_MAX buffer is taken from the
+ * stack only for a view path (alloca), so that every other call -- in a
+ * signal handler on a small alternate stack, in a thread with a small
+ * stack -- costs the program no more stack than libc's own. */
+#define PATH_OR_FAIL(p, fail)                            \
+	const char *p##_ = p;                            \
+	if (sysfs_path_in_view(p)) {                     \
+		p##_ = redirect(p, alloca(PATH_MAX));    \
+		if (!p##_)                               \
+			return fail;                     \
+	}
 
 /* open(2)'s mode argument is there only with O_CREAT or O_TMPFILE */
 #define MODE_ARG(flags, mode)                                 \
@@ -252,6 +263,32 @@ EXPORT char *realpath(const char *restrict path, char *restrict resolved)
 	REAL(NULL, char *, "realpath", const char *, char *);
 	PATH_OR_FAIL(path, NULL);
 	return real(path_, resolved);
+}
+
+/* the _FORTIFY_SOURCE forms (UCX and libfabric import __realpath_chk):
+ * glibc's call the inner function, not ours */
+char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen);
+EXPORT char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen)
+{
+	REAL(NULL, char *, "__realpath_chk", const char *, char *, size_t);
+	PATH_OR_FAIL(path, NULL);
+	return real(path_, resolved, resolvedlen);
+}
+
+ssize_t __readlink_chk(const char *path, char *out, size_t n, size_t outlen);
+EXPORT ssize_t __readlink_chk(const char *path, char *out, size_t n, size_t outlen)
+{
+	REAL(-1, ssize_t, "__readlink_chk", const char *, char *, size_t, size_t);
+	PATH_OR_FAIL(path, -1);
+	return real(path_, out, n, outlen);
+}
+
+ssize_t __readlinkat_chk(int dfd, const char *path, char *out, size_t n, size_t outlen);
+EXPORT ssize_t __readlinkat_chk(int dfd, const char *path, char *out, size_t n, size_t outlen)
+{
+	REAL(-1, ssize_t, "__readlinkat_chk", int, const char *, char *, size_t, size_t);
+	PATH_OR_FAIL(path, -1);
+	return real(dfd, path_, out, n, outlen);
 }
 
 EXPORT char *canonicalize_file_name(const char *path)

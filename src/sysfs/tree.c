@@ -4,14 +4,14 @@
  * files, so that every way a program reads a file (read, fread, mmap,
  * getline, readdir) works on them unchanged.
  *
- * Each process has its own tree, <registry dir>/sysfs.<pid>.<hash>.<nonce>: its
- * GIDs are its own (one automatic address per process).  The hash names
- * the content (with the PID and a nonce in the name), so facts that
- * change (the device opens and gets its automatic address) make a new tree
- * and the old one goes.  A tree's
- * "owner" file stays locked (flock) while its process lives: whoever makes
- * a tree removes the trees whose lock it can take, the leftovers of killed
- * processes -- by lock, not by PID, which another PID namespace may reuse. */
+ * Each process has its own tree, <registry dir>/sysfs.<pid>.<hash>.<nonce>:
+ * its GIDs are its own (one automatic address per process).  The hash
+ * names the content, so facts that change (the device opens and gets its
+ * automatic address) make a new tree; the one before stays a generation
+ * more.  A tree's "owner" file stays locked (flock) while its process
+ * lives: whoever makes a tree removes the trees whose lock it can take,
+ * the leftovers of killed processes -- by lock, not by PID, which another
+ * PID namespace may reuse. */
 #include "sysfs.h"
 #include <dirent.h>
 #include <errno.h>
@@ -145,6 +145,7 @@ static void build(struct tree *t)
 	 * UROCE_ADDR, no net/ (the tests then skip, "no IP", as before there
 	 * was a view: an empty one they would take for an interface) */
 	dir(t, DEV "/device");
+	file(t, DEV "/device/numa_node", "-1");   /* no NUMA node: UCX reads it */
 	if (cfg.addr_from_env)
 		dir(t, DEV "/device/net");
 	char ndevs[UROCE_MAX_GIDS][IFNAMSIZ];
@@ -205,7 +206,8 @@ static void build(struct tree *t)
 	dir(t, "sys/class/infiniband_verbs/uverbs0");
 	file(t, "sys/class/infiniband_verbs/uverbs0/ibdev", "uroce0");
 	file(t, "sys/class/infiniband_verbs/uverbs0/abi_version", "1");
-	file(t, "sys/class/infiniband_verbs/uverbs0/dev", "231:192");
+	/* the numbers of the character device found there (/dev/null) */
+	file(t, "sys/class/infiniband_verbs/uverbs0/dev", "1:3");
 	dir(t, "dev");
 	dir(t, "dev/infiniband");
 	link_to(t, "dev/infiniband/uverbs0", "/dev/null");
@@ -275,12 +277,25 @@ static bool make_tree(int dfd, const char *name, const struct tree *t)
 	return ok;
 }
 
+/* A tree of this process's: its name under the registry directory, and
+ * its "owner" file, open and locked, with what that file is (a program
+ * that closes every fd, as daemons do, drops the lock, and its number may
+ * be another file's then: never trusted, never closed, unless it is
+ * still this file). */
+struct view_tree {
+	char name[64];
+	int owner_fd;
+	dev_t dev;
+	ino_t ino;
+};
+
 static pthread_mutex_t view_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t view_hash;      /* the tree made, view_lock */
-static char view_name[64];      /* its name under the registry directory */
-static char view_root[128];     /* and its path */
-static pid_t view_pid;          /* by this process (a forked child makes its own) */
-static int view_owner_fd = -1;  /* its "owner" file, locked */
+/* view_lock: */
+static struct view_tree view_cur = { .owner_fd = -1 }, view_prev = { .owner_fd = -1 };
+static pid_t view_pid;          /* made by this process (a forked child makes its own) */
+static uint64_t view_hash;      /* the content of view_cur */
+static unsigned view_gen;       /* the device generation it was built at */
+static char view_root[128];     /* the path of view_cur */
 
 /* A child forked while another thread held view_lock must not wait for a
  * thread it does not have. */
@@ -294,9 +309,28 @@ __attribute__((constructor)) static void view_atfork(void)
 	pthread_atfork(NULL, NULL, view_lock_reset_in_child);
 }
 
+static bool tree_held(const struct view_tree *v)
+{
+	struct stat st;
+	return v->owner_fd >= 0 && fstat(v->owner_fd, &st) == 0 && st.st_dev == v->dev && st.st_ino == v->ino &&
+	       st.st_nlink > 0;
+}
+
+/* Removes a tree of this process's, and lets its lock go. */
+static void tree_drop(int dfd, struct view_tree *v)
+{
+	if (v->owner_fd >= 0 && tree_held(v)) {
+		remove_tree(dfd, v->name);
+		close(v->owner_fd);
+	}
+	v->owner_fd = -1;
+	v->name[0] = '\0';
+}
+
 /* Removes every sysfs.* tree under dfd whose owner lock can be taken: its
  * process is gone.  A live one's lock is held, ours included (flock locks
- * are per open file, so our own new open of it conflicts too). */
+ * are per open file, so our own new open of it conflicts too).  A tree
+ * being made is named otherwise (.new.*) until its owner is locked. */
 static void sweep(int dfd)
 {
 	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -314,7 +348,6 @@ static void sweep(int dfd)
 			continue;
 		snprintf(owner, sizeof(owner), "%s/owner", e->d_name);
 		int ofd = openat(dfd, owner, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		/* a tree without an owner file yet is being made: left alone */
 		if (ofd < 0)
 			continue;
 		if (flock(ofd, LOCK_EX | LOCK_NB) == 0)
@@ -324,82 +357,117 @@ static void sweep(int dfd)
 	closedir(d);
 }
 
-/* Drops this process's tree (view_lock held). */
-static void view_drop_locked(int dfd)
+/* Makes the tree `t` as this process's newest: built under a name the
+ * sweep passes over, its owner file created and locked, then renamed into
+ * place -- so no other process ever sees it unlocked. */
+static bool tree_make(int dfd, const struct tree *t, uint64_t h, struct view_tree *v)
 {
-	if (view_pid != getpid() || view_owner_fd < 0)
-		return;
-	remove_tree(dfd, view_name);
-	close(view_owner_fd);
-	view_owner_fd = -1;
-	view_pid = 0;
+	char tmp[64], owner[96];
+	struct timespec ts;
+	struct stat st;
+
+	/* the PID and a nonce: a process of another PID namespace may have
+	 * our PID, and the same content */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	unsigned long nonce = (unsigned long)(ts.tv_nsec ^ (ts.tv_sec << 20)) & 0xffffffffUL;
+	snprintf(tmp, sizeof(tmp), ".new.%d.%08lx", (int)getpid(), nonce);
+	snprintf(v->name, sizeof(v->name), "sysfs.%d.%016llx.%08lx", (int)getpid(), (unsigned long long)h, nonce);
+	snprintf(owner, sizeof(owner), "%s/owner", tmp);
+	v->owner_fd = -1;
+	if (make_tree(dfd, tmp, t) &&
+	    (v->owner_fd = openat(dfd, owner, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400)) >= 0 &&
+	    flock(v->owner_fd, LOCK_EX | LOCK_NB) == 0 && fstat(v->owner_fd, &st) == 0 &&
+	    renameat(dfd, tmp, dfd, v->name) == 0) {
+		v->dev = st.st_dev;
+		v->ino = st.st_ino;
+		return true;
+	}
+	if (v->owner_fd >= 0)
+		close(v->owner_fd);
+	v->owner_fd = -1;
+	remove_tree(dfd, tmp);
+	return false;
+}
+
+/* The registry directory's path still names the directory its fd checked
+ * (a directory deleted and made again by another user is not used). */
+static bool base_is_ours(const char *base, int dfd)
+{
+	struct stat a, b;
+	return fstatat(AT_FDCWD, base, &a, AT_SYMLINK_NOFOLLOW) == 0 && fstat(dfd, &b) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 bool sysfs_view_root(char *root, size_t n)
 {
-	struct tree t = { 0 };
 	const char *base = shm_registry_path();
 	int dfd = shm_registry_dir();
+	unsigned gen = uroce_dev_generation();
 	bool ok = false;
 
-	if (!base || dfd < 0) {
+	if (!base || dfd < 0 || !base_is_ours(base, dfd)) {
 		errno = EACCES;
 		return false;
 	}
+	pthread_mutex_lock(&view_lock);
+	if (view_pid == getpid() && view_gen == gen && tree_held(&view_cur)) {
+		ok = true;   /* the device as it was when the tree was made */
+		goto out;
+	}
+	struct tree t = { 0 };
 	build(&t);
 	if (t.failed) {
 		free(t.buf);
 		errno = ENOMEM;
-		return false;
+		goto out;
 	}
 	uint64_t h = fnv1a(t.buf, t.len);
-
-	pthread_mutex_lock(&view_lock);
-	if (view_pid == getpid() && view_hash == h) {
+	if (view_pid == getpid() && view_hash == h && tree_held(&view_cur)) {
 		ok = true;
 	} else {
-		/* the PID and a nonce: a process of another PID namespace may
-		 * have our PID, and the same content */
-		char name[64], owner[96];
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		snprintf(name, sizeof(name), "sysfs.%d.%016llx.%08lx", (int)getpid(), (unsigned long long)h,
-			 (unsigned long)(ts.tv_nsec ^ (ts.tv_sec << 20)) & 0xffffffffUL);
-		snprintf(owner, sizeof(owner), "%s/owner", name);
-		int ofd = -1;
-		if (make_tree(dfd, name, &t) &&
-		    (ofd = openat(dfd, owner, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400)) >= 0 &&
-		    flock(ofd, LOCK_EX | LOCK_NB) == 0) {
-			view_drop_locked(dfd);   /* the tree of the facts before */
-			view_owner_fd = ofd;
+		struct view_tree v;
+		if (tree_make(dfd, &t, h, &v)) {
+			if (view_pid == getpid()) {
+				/* the tree before stays one generation more: a thread
+				 * may be opening a path it got from it */
+				tree_drop(dfd, &view_prev);
+				view_prev = view_cur;
+			} else {
+				/* a forked child: the trees it knows are its parent's */
+				view_prev.owner_fd = -1;
+			}
+			view_cur = v;
 			view_hash = h;
 			view_pid = getpid();
-			snprintf(view_name, sizeof(view_name), "%s", name);
-			snprintf(view_root, sizeof(view_root), "%s/%s", base, name);
+			snprintf(view_root, sizeof(view_root), "%s/%s", base, v.name);
 			sweep(dfd);
 			ok = true;
 		} else {
-			if (ofd >= 0)
-				close(ofd);
-			remove_tree(dfd, name);
 			errno = EACCES;
 		}
 	}
+	free(t.buf);
+	if (ok)
+		view_gen = gen;
+out:
 	if (ok)
 		snprintf(root, n, "%s", view_root);
 	pthread_mutex_unlock(&view_lock);
-	free(t.buf);
 	return ok;
 }
 
-/* The process's tree goes with it: only the process that made it removes
- * it (a forked child exits with its parent's tree still in use). */
+/* The process's trees go with it: only the process that made them removes
+ * them (a forked child exits with its parent's trees still in use). */
 __attribute__((destructor)) static void view_remove_at_exit(void)
 {
-	int dfd = shm_registry_dir();
-
 	pthread_mutex_lock(&view_lock);
-	if (dfd >= 0)
-		view_drop_locked(dfd);
+	if (view_pid == getpid()) {
+		int dfd = shm_registry_dir();
+		if (dfd >= 0) {
+			tree_drop(dfd, &view_prev);
+			tree_drop(dfd, &view_cur);
+		}
+		view_pid = 0;
+	}
 	pthread_mutex_unlock(&view_lock);
 }

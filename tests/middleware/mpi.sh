@@ -10,7 +10,9 @@
 # NS_B, NS_B's started by Open MPI's rsh launcher through an agent of ours
 # that enters the namespace (`ip netns exec`) where ssh would log in; each
 # namespace's ranks on its veth address.  The output of mpi_check goes to
-# stdout (the bench reads its "pingpong" lines).
+# stdout (the bench reads its "pingpong" lines); the last line says PASS
+# only when mpirun exited 0 (mpi_check's own PASS line comes before
+# MPI_Finalize).
 #   mpi.sh LAUNCHER MPI_CHECK host|netns ucx|ofi|tcp NP
 set -u
 L=$1 PROG=$2 MODE=$3 PML=$4 NP=$5

@@ -78,7 +78,8 @@ else echo "FAIL the killed process (pid '$kpid') made no view"; fail=1; fi
 if [ -n "$kpid" ] && [ -z "$(views "$kpid")" ]; then echo "ok   the next view's maker removed it"
 else echo "FAIL the killed process's view is still there: $(views "$kpid")"; fail=1; fi
 # outside uroce: the system as it is
-if [ -e /sys/class/infiniband/uroce0 ] || [ -e /dev/infiniband/uverbs0 ]; then
+if [ -e /sys/class/infiniband/uroce0 ] || [ -e /sys/class/infiniband_verbs/uverbs0/ibdev ] &&
+	grep -qx uroce0 /sys/class/infiniband_verbs/uverbs0/ibdev; then
 	echo "FAIL uroce0 is visible outside uroce run"; fail=1
 else
 	echo "ok   nothing of the view outside uroce run"
