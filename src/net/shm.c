@@ -682,7 +682,13 @@ int shm_registry_dir(void)
 
 const char *shm_registry_path(void)
 {
-	return shm_registry_dir() < 0 ? NULL : reg_dir_path;
+	struct stat st;
+	/* the path must still name the directory the fd was checked as: one
+	 * deleted and made again by another user is not used */
+	if (shm_registry_dir() < 0 || fstatat(AT_FDCWD, reg_dir_path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    st.st_dev != reg_dir_dev || st.st_ino != reg_dir_ino)
+		return NULL;
+	return reg_dir_path;
 }
 
 unsigned long shm_netns_id(void)

@@ -40,7 +40,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot);
  * ours to close) or -EACCES. */
 int shm_registry_dir(void);
 /* Its name, for paths other programs' calls are sent to (sysfs/); NULL
- * when shm_registry_dir has none. */
+ * when shm_registry_dir has none, or the name no longer names it. */
 const char *shm_registry_path(void);
 /* The network namespace's inode number: names are per namespace. */
 unsigned long shm_netns_id(void);

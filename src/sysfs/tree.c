@@ -295,7 +295,6 @@ static struct view_tree view_cur = { .owner_fd = -1 }, view_prev = { .owner_fd =
 static pid_t view_pid;          /* made by this process (a forked child makes its own) */
 static uint64_t view_hash;      /* the content of view_cur */
 static unsigned view_gen;       /* the device generation it was built at */
-static char view_root[128];     /* the path of view_cur */
 
 /* A child forked while another thread held view_lock must not wait for a
  * thread it does not have. */
@@ -389,15 +388,6 @@ static bool tree_make(int dfd, const struct tree *t, uint64_t h, struct view_tre
 	return false;
 }
 
-/* The registry directory's path still names the directory its fd checked
- * (a directory deleted and made again by another user is not used). */
-static bool base_is_ours(const char *base, int dfd)
-{
-	struct stat a, b;
-	return fstatat(AT_FDCWD, base, &a, AT_SYMLINK_NOFOLLOW) == 0 && fstat(dfd, &b) == 0 &&
-	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
 bool sysfs_view_root(char *root, size_t n)
 {
 	const char *base = shm_registry_path();
@@ -405,7 +395,7 @@ bool sysfs_view_root(char *root, size_t n)
 	unsigned gen = uroce_dev_generation();
 	bool ok = false;
 
-	if (!base || dfd < 0 || !base_is_ours(base, dfd)) {
+	if (!base || dfd < 0) {
 		errno = EACCES;
 		return false;
 	}
@@ -439,7 +429,6 @@ bool sysfs_view_root(char *root, size_t n)
 			view_cur = v;
 			view_hash = h;
 			view_pid = getpid();
-			snprintf(view_root, sizeof(view_root), "%s/%s", base, v.name);
 			sweep(dfd);
 			ok = true;
 		} else {
@@ -451,7 +440,7 @@ bool sysfs_view_root(char *root, size_t n)
 		view_gen = gen;
 out:
 	if (ok)
-		snprintf(root, n, "%s", view_root);
+		snprintf(root, n, "%s/%s", base, view_cur.name);
 	pthread_mutex_unlock(&view_lock);
 	return ok;
 }
