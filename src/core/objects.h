@@ -112,6 +112,8 @@ struct uroce_send_wqe {
 	uint32_t npkts;
 	uint32_t next_pkt;        /* next packet index to transmit */
 	uint32_t resp_bytes;      /* READ: bytes placed so far */
+	bool ref_asked;           /* READ: a request of it said NET_PKT_REF_OK (transport/ref.h) */
+	bool no_span;             /* SEND/WRITE: more local segments than a reference holds */
 	/* BIND_MW (mem/mw.c): the window, the MR's lkey, the range
 	 * (remote_addr, bind_len), the access; the new key is in rkey */
 	struct ibv_mw *bind_mw;
@@ -192,6 +194,10 @@ struct uroce_req {
 	uint32_t probe_psn;
 	bool sq_draining;           /* SQD requested */
 	bool sqd_event_pending;
+	/* references (transport/ref.h) */
+	bool ref_reads;             /* a READ was asked by reference: maybe one is unanswered */
+	bool no_ref_reads;          /* the peer answered one by packets: READs are asked so */
+	unsigned ref_refusals;      /* references the peer refused or we could not pull (REF_GIVE_UP) */
 };
 
 /* The completer's state (transport/completer.c, retry.c): what the

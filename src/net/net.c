@@ -170,6 +170,39 @@ uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flo
 	return net->wire.ops->flow_part_bytes ? net->wire.ops->flow_part_bytes(flow->wire) : 0;
 }
 
+pid_t net_flow_ref_peer(struct uroce_net *net, const struct uroce_flow *flow, pid_t *self)
+{
+	*self = 0;
+	if (!flow)
+		return 0;
+	if (flow->ring)
+		return net->ring.ops->flow_ref_peer ? net->ring.ops->flow_ref_peer(flow->ring, self) : 0;
+	return net->wire.ops->flow_ref_peer ? net->wire.ops->flow_ref_peer(flow->wire, self) : 0;
+}
+
+/* Packets that go by the wire lose what it cannot carry (the UDP backend:
+ * no reference): a reference is dropped, as a lost packet (RC resends it
+ * as data: a resent packet is never a reference, transport/ref.h), and the
+ * rest are kept in order.  Returns how many are left. */
+static int wire_only(struct uroce_net *net, struct uroce_flow *flow, struct uroce_txmsg *msgs, int n)
+{
+	int k = 0;
+
+	pid_t self;
+	if (net->wire.ops->flow_ref_peer && net->wire.ops->flow_ref_peer(flow->wire, &self))
+		return n;
+	for (int i = 0; i < n; i++) {
+		if (msgs[i].flags & NET_PKT_REF) {
+			UROCE_COUNT(net->stats, UC_ref_dropped, 1);
+			continue;
+		}
+		if (k != i)
+			msgs[k] = msgs[i];
+		k++;
+	}
+	return k;
+}
+
 static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, double pct)
 {
 	if (every)
@@ -225,7 +258,10 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		return 0;
 	if (net->pcap)
 		for (int i = 0; i < n; i++)
-			pcap_tap_write(net->pcap, sgid, dgid, flow->sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
+			/* a reference is not what any wire carries, and the
+			 * dissector would take it for a short payload */
+			if (!(msgs[i].flags & NET_PKT_REF))
+				pcap_tap_write(net->pcap, sgid, dgid, flow->sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
 				       msgs[i].iov, msgs[i].iovcnt);
 	bool on_ring = flow->ring && !memcmp(dgid, flow->peer, 16);
 	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;
@@ -238,8 +274,10 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		flow->ring = NULL;
 		wake = false;
 	}
-	if (sent == -EPIPE)
-		sent = net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake);
+	if (sent == -EPIPE) {
+		n = wire_only(net, flow, msgs, n);
+		sent = n ? net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake) : 0;
+	}
 	if (wake)
 		ring_doorbell(net, flow, dgid);
 	if (sent < 0) {

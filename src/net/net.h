@@ -12,6 +12,7 @@
 #define UROCE_NET_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,7 +42,23 @@ struct uroce_txmsg {
 	int iovcnt;
 	uint32_t len;
 	uint16_t gso_idx;
+	uint8_t flags;          /* NET_PKT_* */
 };
+
+/* What a packet carries besides its bytes, on a backend that can say it
+ * (the rings: net_flow_ref_peer); the UDP backend neither sends nor
+ * receives any, so a packet from the network never has them.
+ * NET_PKT_REF: its payload is no data but a reference to the data in the
+ * sender's memory, which the receiver copies from there itself
+ * (transport/ref.h: the single copy on one host, issue #17); a flow whose
+ * packets must go by UDP drops it (net_send), and RC resends it as data.
+ * NET_PKT_REF_OK: its sender takes an answer by reference (a READ). */
+#define NET_PKT_REF 1u
+#define NET_PKT_REF_OK 2u
+/* NET_PKT_REF_NAK: this sequence NAK refuses a reference at its PSN (the
+ * bytes could not be read there): resend as packets, no loss. */
+#define NET_PKT_REF_NAK 4u
+#define NET_PKT_FLAGS (NET_PKT_REF | NET_PKT_REF_OK | NET_PKT_REF_NAK)
 
 struct uroce_rxpkt {
 	uint8_t *buf;           /* UDP payload: BTH .. ICRC */
@@ -51,6 +68,7 @@ struct uroce_rxpkt {
 	uint8_t tos;
 	uint8_t ttl;            /* IPv4 TTL / IPv6 hop limit */
 	uint16_t ip_id_hint;    /* place in a GRO bundle: the IPv4 ID its sender used */
+	uint8_t flags;          /* NET_PKT_*: only a ring's packets have any */
 };
 
 /* A QP's transmit flow as the transport holds it (net.c): the backend the
@@ -99,6 +117,12 @@ struct uroce_net_ops {
 	 * the transport ends it early, at a packet that completes nothing
 	 * (tx.c); 0 or NULL: never.  The rings: SHM_PART_BYTES (shm.h). */
 	uint32_t (*flow_part_bytes)(const struct uroce_backend_flow *flow);
+	/* Optional: the pid of the flow's peer process when this process has
+	 * read the peer's memory through it, so that the flow carries
+	 * NET_PKT_REF packets (the rings: the probe, shm_tx_ref_peer), with
+	 * this process's pid, as the peer names it, in *self; 0: it carries
+	 * none.  A reference received for the flow's QP must name that pid. */
+	pid_t (*flow_ref_peer)(const struct uroce_backend_flow *flow, pid_t *self);
 	/* Optional: sends a doorbell from this flow to dgid, which wakes the
 	 * engine sleeping there and is not taken for a packet (UDP: an
 	 * 8-byte datagram to its port 4791).  0 or -errno. */
@@ -211,6 +235,9 @@ void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16], uint32_t pe
  * it, and net_send sends from it. */
 uint16_t net_flow_sport(const struct uroce_flow *flow);
 uint32_t net_flow_part_bytes(struct uroce_net *net, const struct uroce_flow *flow);
+/* The flow's peer's pid when the flow carries references, with this
+ * process's pid in *self (uroce_net_ops.flow_ref_peer); 0 otherwise. */
+pid_t net_flow_ref_peer(struct uroce_net *net, const struct uroce_flow *flow, pid_t *self);
 /* Sends with fault injection, pcap and counters applied. */
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n);
@@ -247,7 +274,7 @@ extern const struct uroce_net_ops uroce_ring_ops;
 /* Received packets go to the pcap once their ICRC check has told the IPv4 ID. */
 static inline void net_tap_rx(struct uroce_net *net, const struct uroce_rxpkt *p, uint16_t ip_id)
 {
-	if (net->pcap) {
+	if (net->pcap && !(p->flags & NET_PKT_REF)) {  /* as net_send: no wire carries a reference */
 		struct iovec iov = { p->buf, p->len };
 		pcap_tap_write(net->pcap, p->sgid, p->dgid, p->sport, 4791, ip_id, p->tos, p->ttl, &iov, 1);
 	}

@@ -47,6 +47,7 @@ static int ring_open(struct uroce_backend *be)
 	if (!p)
 		return -ENOMEM;
 	p->stats = be->net->stats;
+	shm_refs(cfg->shm_direct_min != 0);
 	/* one region per address, named by it and this device's QPN slot:
 	 * processes sharing an address (share.h) have one each */
 	for (int i = 0; i < cfg->ngids; i++)
@@ -113,6 +114,11 @@ static void ring_flow_close(struct uroce_backend_flow *f)
 static uint32_t ring_flow_part_bytes(const struct uroce_backend_flow *f)
 {
 	return !shm_tx_peer_sleeping(f->tx) ? SHM_PART_BYTES : 0;
+}
+
+static pid_t ring_flow_ref_peer(const struct uroce_backend_flow *f, pid_t *self)
+{
+	return shm_tx_ref_peer(f->tx, self);
 }
 
 static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_t tos,
@@ -243,6 +249,7 @@ const struct uroce_net_ops uroce_ring_ops = {
 	.flow_close = ring_flow_close,
 	.send = ring_send,
 	.flow_part_bytes = ring_flow_part_bytes,
+	.flow_ref_peer = ring_flow_ref_peer,
 	.recv = ring_recv,
 	.rx_ready = ring_rx_ready,
 	.rx_sleeping = ring_rx_sleeping,

@@ -600,6 +600,7 @@ bool share_unwrap(struct share *sh, uint8_t *buf, uint32_t len, struct uroce_rxp
 	pk->tos = w.tos;
 	pk->ttl = w.ttl;
 	pk->ip_id_hint = w.ip_id_hint;
+	pk->flags = 0;  /* it came by UDP */
 	pk->buf = buf + sizeof(w);
 	pk->len = len - (uint32_t)sizeof(w);
 	return true;

@@ -63,13 +63,15 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SHM_MAGIC 0x78722d65636f7275ull /* "uroce-rx" */
-#define SHM_VERSION 3                   /* 2: a sealed memfd, handed over by fd; 3: named by key (GID and slot) */
+#define SHM_VERSION 4                   /* 2: a sealed memfd, handed over by fd; 3: named by key (GID and slot);
+					 * 4: records carry NET_PKT_* flags, the owner a probe (shm_tx_ref_peer) */
 #define SHM_RINGS 32
 #define SHM_UNIT 64
 #define SHM_UNITS 32768          /* 2 MiB: a QP's window (128 packets of 4 KiB) and READ responses */
@@ -83,7 +85,7 @@ struct shm_rec_hdr {
 	uint16_t sport;          /* the UDP source port the packet would have had */
 	uint16_t ip_id;          /* the IPv4 ID its ICRC was computed with */
 	uint8_t tos;
-	uint8_t pad;
+	uint8_t flags;           /* NET_PKT_* */
 	uint8_t sgid[16];
 };
 _Static_assert(sizeof(struct shm_rec_hdr) == 32, "half a unit");
@@ -111,6 +113,13 @@ struct shm_region {
 	uint32_t version, reserved0;
 	uint32_t nrings, nunits, unit, reserved;
 	uint8_t key[SHM_KEY];            /* its address and owner (region_key) */
+	/* The owner's pid and a word of its private memory, there at
+	 * probe_addr, for a producer to read with process_vm_readv: a match
+	 * says the pid is the owner's in the producer's pid namespace too, and
+	 * that the producer may read the owner's memory (shm_tx_ref_peer). */
+	int32_t owner_pid;
+	uint32_t reserved1;
+	uint64_t probe_addr, probe_value;
 	alignas(64) _Atomic uint32_t rx_sleeping; /* the owner's engine sleeps on its sockets */
 	alignas(64) _Atomic uint32_t ring_mask;   /* claimed rings */
 	struct shm_ring_ctl ring[SHM_RINGS];
@@ -137,6 +146,7 @@ struct shm_rx {
 	unsigned polls;                  /* picks the first ring to read */
 	uint64_t reaped_ns;              /* when a poll last looked for dead producers (REAP_NS) */
 	uint8_t *bufs;                   /* SHM_RX_BATCH packets copied out */
+	uint64_t probe;                  /* what the header's probe_addr points to */
 };
 
 /* A peer's region as this process's senders see it: one fd and one header
@@ -155,6 +165,7 @@ struct shm_peer {
 	pid_t pid;
 	uint32_t tag;                    /* the owner word of our rings: random, never 0 */
 	uint64_t until;                  /* unheld (asked for by shm_tx_prepare): dropped after */
+	pid_t ref_pid;                   /* the owner's pid when its probe answered (probe_owner), else 0 */
 	struct shm_tx *held[SHM_RINGS];  /* this process's rings, NULL: not held */
 	unsigned nheld;
 };
@@ -941,6 +952,11 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot)
 	rx->r->nrings = SHM_RINGS;
 	rx->r->nunits = SHM_UNITS;
 	rx->r->unit = SHM_UNIT;
+	while (!rx->probe && getrandom(&rx->probe, sizeof(rx->probe), GRND_NONBLOCK) != sizeof(rx->probe))
+		rx->probe = (uint64_t)mono_ns() * 0x9E3779B97F4A7C15ull;
+	rx->r->owner_pid = (int32_t)rx->pid;
+	rx->r->probe_addr = (uint64_t)(uintptr_t)&rx->probe;
+	rx->r->probe_value = rx->probe;
 	memcpy(rx->r->key, key, SHM_KEY);
 	memcpy(rx->key, key, SHM_KEY);
 	__atomic_store_n(&rx->r->magic, SHM_MAGIC, __ATOMIC_RELEASE);
@@ -1097,6 +1113,17 @@ void shm_rx_close(struct shm_rx *rx)
 bool shm_rx_active(struct shm_rx *rx)
 {
 	return rx && rx->pid == shm_self() && atomic_load_explicit(&rx->r->ring_mask, memory_order_relaxed) != 0;
+}
+
+pid_t shm_tx_ref_peer(const struct shm_tx *tx, pid_t *self)
+{
+	pid_t me = atomic_load_explicit(&shm_pid, memory_order_relaxed);
+
+	*self = me;
+	/* a forked child's flows go by UDP (shm_tx_send's -EPIPE) */
+	if (tx->peer->pid != me)
+		return 0;
+	return tx->peer->ref_pid;
 }
 
 bool shm_tx_peer_sleeping(const struct shm_tx *tx)
@@ -1264,6 +1291,7 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 			pk->tos = h.tos;
 			pk->ttl = 64;
 			pk->ip_id_hint = h.ip_id;
+			pk->flags = h.flags & NET_PKT_FLAGS;
 		}
 		if (tail != taken) {
 			rx->tail[i] = tail;
@@ -1437,6 +1465,32 @@ static struct shm_region *header_map(int fd, const uint8_t key[SHM_KEY])
 	return r;
 }
 
+/* The owner's pid, if reading the probe word it published through that pid
+ * gives the word back; 0 if not (another pid namespace, no permission to
+ * read it: a non-dumpable process, Yama's ptrace_scope, a seccomp filter
+ * without process_vm_readv).  Then the flow's messages go as packets. */
+static atomic_bool refs_on;
+
+void shm_refs(bool on)
+{
+	atomic_store(&refs_on, on);
+}
+
+static pid_t probe_owner(const struct shm_region *r)
+{
+	if (!atomic_load(&refs_on))
+		return 0;
+	uint64_t want = r->probe_value, got = 0;
+	pid_t pid = r->owner_pid;
+	struct iovec local = { &got, sizeof(got) };
+	struct iovec remote = { (void *)(uintptr_t)r->probe_addr, sizeof(got) };
+
+	if (pid <= 0 || !want || process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(got) ||
+	    got != want)
+		return 0;
+	return pid;
+}
+
 /* key's region as fd (closed in any case): opened afresh, checked, its
  * header mapped; a new peer entry, or NULL. */
 static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
@@ -1458,6 +1512,7 @@ static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
 	pe->r = r;
 	pe->fd = fd;
 	pe->pid = shm_self();
+	pe->ref_pid = probe_owner(r);
 	/* the owner word of our rings: a pid would be reused, or be another
 	 * pid namespace's (reap_dead_producers' CAS would hit our claim) */
 	pe->tag = tag ? tag : 1;
@@ -1883,7 +1938,7 @@ int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8
 			off += l;
 		}
 		struct shm_rec_hdr h = { .len = (uint32_t)off, .units = (uint16_t)units, .sport = sport,
-					 .ip_id = msgs[i].gso_idx, .tos = tos };
+					 .ip_id = msgs[i].gso_idx, .tos = tos, .flags = msgs[i].flags };
 		memcpy(h.sgid, sgid, 16);
 		rec_publish(tx->ring, head, &h, head != tx->head);
 		head += units;

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct uroce_txmsg;
 struct uroce_rxpkt;
@@ -110,6 +111,14 @@ void shm_tx_detach(struct shm_tx *tx);
 
 /* The consumer's engine sleeps on its sockets (a doorbell would wake it). */
 bool shm_tx_peer_sleeping(const struct shm_tx *tx);
+/* The ring owner's pid, if it answered our probe when its region was
+ * opened (its pid means the same here, and we may read it: the check that
+ * stands for its reading us), with our own pid in *self; 0 otherwise, in a
+ * forked child, and when references are off (shm_refs). */
+pid_t shm_tx_ref_peer(const struct shm_tx *tx, pid_t *self);
+/* Probe peers, and so send references, or not (UROCE_SHM_DIRECT_MIN 0: not
+ * even a process_vm_readv, which a seccomp policy may punish). */
+void shm_refs(bool on);
 
 /* Copies msgs into the ring; returns how many fit (the rest are lost as on
  * a full socket, and retransmission recovers them).  *doorbell: the

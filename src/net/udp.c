@@ -767,7 +767,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 			atomic_store_explicit(&p->side_due, true, memory_order_relaxed);
 		for (int i = used; i < used + r; i++) {
 			struct msghdr *h = &p->mm[i].msg_hdr;
-			struct uroce_rxpkt tmpl;
+			struct uroce_rxpkt tmpl = { .flags = 0 };  /* nothing from the network is a reference (net.h) */
 			int gso;
 			uint32_t len = p->mm[i].msg_len;
 			uint8_t *buf = p->iov[i].iov_base;

@@ -16,23 +16,29 @@
 #define ACK_WAIT_MAX_X 50        /* the wait grows to at most this many UROCE_ACK_DEFER_US */
 
 /* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
-static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn)
+static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn,
+		     uint8_t flags)
 {
 	uint8_t *h = txb_hdr(b);
 
 	bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 0, psn);
 	aeth_set(h + BTH_LEN, syndrome, qp->resp.msn);
-	txb_add(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0);
+	txb_add_flags(b, BTH_LEN + AETH_LEN, NULL, 0, 0, 0, flags);
 }
 
-void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
+void ack_send_aeth_flags(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn, uint8_t flags)
 {
 	TXB_ON_STACK(b, 1);
 
 	ack_flush_owed(qp);
 	txb_init(&b, qp);
-	aeth_add(qp, &b, op, syndrome, psn);
+	aeth_add(qp, &b, op, syndrome, psn, flags);
 	txb_flush(&b);
+}
+
+void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn)
+{
+	ack_send_aeth_flags(qp, op, syndrome, psn, 0);
 }
 
 static void send_ack(struct uroce_qp *qp, uint32_t psn)
@@ -262,6 +268,6 @@ void ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 	qp->ack.owed = false;
 	qp->ack.defer_ns = 0;
 	dev_count(qp->dev, UC_acks_tx, 1);
-	aeth_add(qp, b, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, qp->ack.owed_psn);
+	aeth_add(qp, b, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, qp->ack.owed_psn, 0);
 }
 

@@ -4,6 +4,7 @@
 #include "transport.h"
 #include "../wire/hdr.h"
 #include "../wire/icrc.h"
+#include "ref.h"
 #include <string.h>
 
 /* §4: ICRC over the packet as the IP layer carried it.  A UDP socket hides
@@ -82,6 +83,22 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	pkt.bth = bth;
 	pkt.payload = bth + oi->hdr_len;
 	pkt.paylen = paylen;
+	pkt.ref = NULL;
+	pkt.flags = rx->flags;
+	struct ref_src ref;
+	if (rx->flags & NET_PKT_REF) {
+		/* a ring's reference to the sender's memory, in place of the
+		 * payload (ref.h); only RC SEND/WRITE requests and READ answers
+		 * carry one (responder_rx, completer_rx check the rest) */
+		if (!(oi->mask & OPF_RC) || !(oi->mask & OPF_PAYLOAD) || !(oi->mask & (OPF_SEND | OPF_WRITE | OPF_READ)) ||
+		    !ref_get(pkt.payload, paylen, &ref)) {
+			dev_count(dev, UC_ref_refused, 1);
+			return;
+		}
+		pkt.ref = &ref;
+		pkt.payload = NULL;
+		pkt.paylen = ref.len;
+	}
 	pkt.mask = oi->mask;
 	pkt.opcode = bth_opcode(bth);
 	pkt.psn = bth_psn(bth);

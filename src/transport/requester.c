@@ -17,9 +17,11 @@
 #include "../core/wr.h"
 #include "../mem/mem.h"
 #include "../mem/mw.h"
+#include "ref.h"
 #include <string.h>
 
 #define READ_CHUNK_PKTS 32u
+_Static_assert(TX_HDR_MAX >= BTH_LEN + RETH_LEN + IMMDT_LEN + REF_BYTES(REF_MAX_SEGS), "a span's headers and reference fit");
 
 static uint32_t qp_window(const struct uroce_qp *qp)
 {
@@ -50,6 +52,8 @@ static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 	w->last_psn = psn_add(w->first_psn, w->npkts - 1);
 	w->next_pkt = 0;
 	w->resp_bytes = 0;
+	w->ref_asked = false;
+	w->no_span = false;
 	w->started = true;
 }
 
@@ -85,6 +89,106 @@ static void set_xrceth(const struct uroce_send_wqe *w, uint8_t *h, uint8_t op)
 		xrceth_set(h + opinfo(op)->off_xrceth, w->remote_srqn);
 }
 
+/* The extension headers after the BTH of a SEND or WRITE packet `op` of
+ * `w`: XRCETH, RETH (FIRST, ONLY: the whole message), immediate data or
+ * the rkey to invalidate (LAST, ONLY), as the opcode has them (§2.2). */
+static void set_message_headers(const struct uroce_send_wqe *w, uint8_t *h, uint8_t op)
+{
+	const struct uroce_opinfo *oi = opinfo(op);
+
+	set_xrceth(w, h, op);
+	if (oi->off_reth)
+		reth_set(h + oi->off_reth, w->remote_addr, w->rkey, w->length);
+	if (oi->off_imm)
+		immdt_set_raw(h + oi->off_imm, w->imm_data);
+	if (oi->off_ieth)
+		ieth_set(h + oi->off_ieth, w->imm_data);
+}
+
+/* The pid the packet of `w` at psn may name in a reference (ref.h), or 0:
+ * only an RC SEND, WRITE or READ of UROCE_SHM_DIRECT_MIN bytes or more, at
+ * a PSN never sent before, on a flow that carries references. */
+static pid_t ref_pid(struct uroce_qp *qp, const struct uroce_send_wqe *w, uint32_t psn)
+{
+	unsigned kind = wr_info(w->opcode)->kind;
+	pid_t self;
+
+	if (w->length < qp->dev->cfg.shm_direct_min || w->inline_data || qp->req.ref_refusals >= REF_GIVE_UP ||
+	    psn_cmp(psn, qp->req.max_psn) < 0 || (kind != WRK_SEND && kind != WRK_WRITE && kind != WRK_READ) ||
+	    (kind == WRK_READ ? qp->req.no_ref_reads : w->no_span))
+		return 0;
+	return ref_peer(qp, &self) ? self : 0;
+}
+
+/* Time one fresh packet per round trip (never a resent one: Karn's rule,
+ * hence the reset in requester_rewind). */
+static void rtt_start(struct uroce_qp *qp, uint32_t psn)
+{
+	if (psn_cmp(psn, qp->req.max_psn) < 0) {
+		dev_count(qp->dev, UC_retransmits, 1);
+	} else if (qp_reliable(qp) && !qp->rtt.timing && qp->dev->cfg.rto_min_us) {
+		qp->rtt.timing = true;
+		qp->rtt.psn = psn;
+		qp->rtt.start_ns = now_ns();
+	}
+}
+
+/* A span of a SEND or WRITE -- its packets from w->next_pkt on, up to
+ * REF_SPAN_BYTES -- as one packet whose payload is a reference to the
+ * bytes (ref.h), at psn, asking for an ACK.  1: sent; 0: not to be sent so
+ * (more local segments than a reference holds), send packets; -1: its
+ * local memory failed the check (w->status says so). */
+static int send_span(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, uint32_t psn, pid_t pid)
+{
+	const struct uroce_wr_info *info = wr_info(w->opcode);
+	uint32_t i = w->next_pkt, n = w->npkts, k = n - i, most = REF_SPAN_BYTES / qp->pmtu;
+	struct uroce_seg seg[UROCE_MAX_SGE];
+	uint32_t nseg;
+
+	if (k > most)
+		k = most;
+	bool first = i == 0, last = i + k == n;
+	uint32_t off = i * qp->pmtu;
+	uint32_t len = (last ? w->length : (i + k) * qp->pmtu) - off;
+	if (!wqe_local_segs(qp, w, off, len, seg, &nseg))
+		return -1;
+	if (!nseg || nseg > REF_MAX_SEGS) {
+		w->no_span = true;  /* not resolved again for each of its packets */
+		return 0;
+	}
+	uint8_t op = (uint8_t)((first && last ? info->only : first ? info->first : last ? info->last : info->middle) |
+			       qp_opcode_base(qp));
+	const struct uroce_opinfo *oi = opinfo(op);
+	uint8_t *h = txb_hdr(b);
+	rtt_start(qp, psn);
+	bth_set(h, op, last && (w->send_flags & IBV_SEND_SOLICITED), 0, qp->attr.dest_qp_num, 1, psn);
+	set_message_headers(w, h, op);
+	uint32_t rl = ref_put(h + oi->hdr_len, pid, seg, nseg);
+	txb_add_flags(b, oi->hdr_len + rl, NULL, 0, 0, 0, NET_PKT_REF);
+	cc_on_tx(&qp->cc, len);
+	/* the span asks for its ACK, which names its last PSN */
+	qp->req.ackreq_valid = true;
+	qp->req.ackreq_psn = psn_add(psn, k - 1);
+	w->next_pkt += k;
+	dev_count(qp->dev, UC_ref_tx, 1);
+	dev_count(qp->dev, UC_ref_bytes_tx, len);
+	return 1;
+}
+
+/* Is a READ this QP asked by reference still unanswered?  Its bytes are
+ * read when the answer comes, so no later request but a READ goes out
+ * before (ref.h). */
+static bool ref_read_pending(struct uroce_qp *qp)
+{
+	for (uint32_t i = qp->sq_tail; i != qp->req.sq_send; i++) {
+		const struct uroce_send_wqe *x = &qp->sq[i % qp->sq_size];
+		if (x->started && x->ref_asked && x->state != WQE_DONE)
+			return true;
+	}
+	qp->req.ref_reads = false;
+	return false;
+}
+
 /* Emit the next packet of `w`.  Returns false when the window or the
  * READ/atomic limit says wait, or when its local memory failed the check
  * (then w->status says so and nothing was sent). */
@@ -102,6 +206,14 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		if (qp->req.rd_atomic_out >= limit)
 			return false;
 	}
+	pid_t pid = ref_pid(qp, w, psn);
+	if (pid && !wqe_is_read(w)) {
+		int r = send_span(qp, w, b, psn, pid);
+		if (r < 0)
+			return false;
+		if (r > 0)
+			goto sent;
+	}
 	struct uroce_seg seg[UROCE_MAX_SGE];
 	uint32_t nseg = 0;
 	if (!wqe_is_read(w) && !wqe_is_atomic(w)) {
@@ -109,28 +221,36 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		if (!wqe_local_segs(qp, w, off, w->next_pkt == w->npkts - 1 ? w->length - off : qp->pmtu, seg, &nseg))
 			return false;
 	}
-	if (psn_cmp(psn, qp->req.max_psn) < 0) {
-		dev_count(qp->dev, UC_retransmits, 1);
-	} else if (rc && !qp->rtt.timing && qp->dev->cfg.rto_min_us) {
-		/* time one fresh packet per round trip (never a resent one:
-		 * Karn's rule, hence the reset in requester_rewind) */
-		qp->rtt.timing = true;
-		qp->rtt.psn = psn;
-		qp->rtt.start_ns = now_ns();
-	}
+	rtt_start(qp, psn);
 
 	if (wqe_is_read(w)) {
 		uint32_t chunk = read_chunk_pkts(qp);
 		uint32_t end = (w->next_pkt / chunk + 1) * chunk;
+		uint8_t flags = 0;
 		if (end > w->npkts)
 			end = w->npkts;
+		if (pid && w->next_pkt == 0) {
+			w->ref_asked = true;
+			qp->req.ref_reads = true;
+		}
+		if (w->ref_asked) {
+			/* asked in spans of up to REF_SPAN_BYTES, for an answer by
+			 * reference (ref.h; completer.c expects it so) -- and so
+			 * when asked again, whatever the flow carries now: a
+			 * responder answers a request again only within the one
+			 * it executed (§6.4, handle_duplicate), and its answer
+			 * runs to that one's end */
+			end = ref_read_end(qp->pmtu, w->npkts, w->next_pkt);
+			if (pid)
+				flags = NET_PKT_REF_OK;
+		}
 		uint32_t off = w->next_pkt * qp->pmtu;
 		uint32_t len = (end == w->npkts ? w->length : end * qp->pmtu) - off;
 		uint8_t op = OP_RC_READ_REQUEST | qp_opcode_base(qp);
 		bth_set(h, op, 0, 0, qp->attr.dest_qp_num, 1, psn);
 		set_xrceth(w, h, op);
 		reth_set(h + opinfo(op)->off_reth, w->remote_addr + off, w->rkey, len);
-		txb_add(b, opinfo(op)->hdr_len, NULL, 0, 0, 0);
+		txb_add_flags(b, opinfo(op)->hdr_len, NULL, 0, 0, 0, flags);
 		cc_on_tx(&qp->cc, 0);
 		qp->req.rd_atomic_out++;
 		w->next_pkt = end;
@@ -172,13 +292,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 		}
 		bool se = last && (w->send_flags & IBV_SEND_SOLICITED);
 		bth_set(h, op, se, 0, qp->attr.dest_qp_num, ackreq, psn);
-		set_xrceth(w, h, op);
-		if (oi->off_reth)
-			reth_set(h + oi->off_reth, w->remote_addr, w->rkey, w->length);
-		if (oi->off_imm)
-			immdt_set_raw(h + oi->off_imm, w->imm_data);
-		if (oi->off_ieth)
-			ieth_set(h + oi->off_ieth, w->imm_data);
+		set_message_headers(w, h, op);
 		txb_add(b, oi->hdr_len, seg, nseg, 0, len);
 		cc_on_tx(&qp->cc, len);
 		/* an ATOMIC_WRITE (one packet: RETH and its 8 bytes) is answered
@@ -187,6 +301,7 @@ static bool send_next_packet(struct uroce_qp *qp, struct uroce_send_wqe *w, stru
 			qp->req.rd_atomic_out++;
 		w->next_pkt++;
 	}
+sent:;
 	uint32_t next = psn_add(w->first_psn, w->next_pkt);
 	if (psn_cmp(next, qp->req.max_psn) > 0)
 		qp->req.max_psn = next;
@@ -268,6 +383,8 @@ void requester_run(struct uroce_qp *qp)
 				break; /* SQD: finish what started, begin nothing new */
 			/* IBV_SEND_FENCE: wait for earlier READs/atomics to finish */
 			if ((w->send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_out)
+				break;
+			if (qp->req.ref_reads && !wqe_is_read(w) && ref_read_pending(qp))
 				break;
 			if (qp_reliable(qp) && psn_cmp(qp->req.snd_psn, qp->comp.una_psn) >= (int32_t)qp_window(qp))
 				break;

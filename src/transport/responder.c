@@ -10,6 +10,7 @@
 #include "../core/place.h"
 #include "../mem/mem.h"
 #include "../mem/mw.h"
+#include "ref.h"
 
 enum resp_verdict {
 	RV_OK,
@@ -17,6 +18,7 @@ enum resp_verdict {
 	RV_ACCESS,       /* NAK 0x62: R_Key, bounds or permission */
 	RV_OP_ERR,       /* NAK 0x63: local failure (bad receive WQE) */
 	RV_RNR,          /* RNR NAK: no receive WQE */
+	RV_UNREAD,       /* a reference whose bytes could not be read: go back to its PSN (ref.h) */
 };
 
 /* A failed memory check (never MEM_OK) answers the NAK mem/'s verdict
@@ -87,6 +89,7 @@ static void nak_for(struct uroce_qp *qp, enum resp_verdict v, uint32_t psn)
 		ack_send_aeth(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_REM_OP, psn);
 		break;
 	case RV_OK:
+	case RV_UNREAD:  /* responder_rx: a sequence NAK */
 		return;
 	}
 	if (qp_reliable(qp)) {
@@ -115,10 +118,13 @@ static void complete_recv(struct uroce_qp *qp, enum ibv_wc_status st, enum ibv_w
 }
 
 /* Length rules per packet position (§7): FIRST/MIDDLE exactly PMTU, LAST
- * 1..PMTU, ONLY 0..PMTU. */
-static bool length_ok(struct uroce_qp *qp, struct uroce_pkt *pkt)
+ * 1..PMTU, ONLY 0..PMTU; a reference's span, per packet it stands for
+ * (ref_span_pkts), which *npsn receives. */
+static bool length_ok(struct uroce_qp *qp, struct uroce_pkt *pkt, uint32_t *npsn)
 {
 	uint32_t m = pkt->mask & (OPF_FIRST | OPF_MIDDLE | OPF_LAST);
+	if (pkt->ref)
+		return (*npsn = ref_span_pkts(pkt->paylen, qp->pmtu, (m & OPF_LAST) != 0)) != 0;
 	if (m == OPF_FIRST || m == OPF_MIDDLE)
 		return pkt->paylen == qp->pmtu;
 	if (m == OPF_LAST)
@@ -151,8 +157,20 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	 * an lkey that fails -- a bad one, or an MR deregistered or
 	 * re-registered since posting -- completes the receive in error and
 	 * NAKs the requester, both as mem.h's table says; nothing is placed */
-	enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge, qp->resp.cur_recv.nsge,
-						    qp->resp.recv_off, pkt->payload, pkt->paylen);
+	enum uroce_mem_verdict mv;
+	if (pkt->ref) {
+		/* a reference: the same check, then the bytes from the peer */
+		struct uroce_seg seg[UROCE_MAX_SGE];
+		uint32_t nseg, nsge = qp->resp.cur_recv.nsge;
+		mv = mem_sge_resolve(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge,
+				     nsge < UROCE_MAX_SGE ? nsge : UROCE_MAX_SGE, qp->resp.recv_off, pkt->paylen,
+				     IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
+		if (mv == MEM_OK && !ref_pull(pkt->ref, seg, nseg))
+			return RV_UNREAD;
+	} else {
+		mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge, qp->resp.cur_recv.nsge,
+				     qp->resp.recv_off, pkt->payload, pkt->paylen);
+	}
 	if (mv != MEM_OK) {
 		LOG_DBG("uroce: qp 0x%x receive WQE 0x%llx: SGE fails (%s)", qp->qpn,
 			(unsigned long long)qp->resp.cur_recv.wr_id, mem_verdict_name(mv));
@@ -212,7 +230,13 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if ((mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
-		place_bytes(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);  /* core/place.h */
+		if (pkt->ref) {
+			struct uroce_seg seg = { mr_host(mr, qp->resp.write_va), pkt->paylen };
+			if (!ref_pull(pkt->ref, &seg, 1))
+				return RV_UNREAD;
+		} else {
+			place_bytes(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);  /* core/place.h */
+		}
 	}
 	qp->resp.write_va += pkt->paylen;
 	qp->resp.write_left -= pkt->paylen;
@@ -274,6 +298,40 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 	txb_flush(&b);
 }
 
+/* May this process read the bytes a reference received for qp names?  Only
+ * its peer's own: the pid this process's probe found behind the QP's flow
+ * (ref.h, ref_peer), with references on here. */
+static bool ref_named_peer(const struct uroce_qp *qp, const struct ref_src *ref)
+{
+	pid_t self, peer = ref_peer(qp, &self);
+	return peer && ref->pid == peer;
+}
+
+/* The answer to a READ whose requester takes one by reference (ref.h): a
+ * READ_RESPONSE_ONLY at the request's PSN standing for all its responses,
+ * whose payload names the bytes in this process's memory.  False when this
+ * QP's flow carries no references (then the packets go). */
+static bool send_read_ref(struct uroce_qp *qp, const struct uroce_rd_res *r, struct uroce_mr *mr)
+{
+	pid_t pid;
+	struct uroce_seg seg = { mr_host(mr, r->va), r->length };
+	TXB_ON_STACK(b, 1);
+
+	if (!ref_peer(qp, &pid) || r->length > REF_SPAN_BYTES)
+		return false;
+	ack_flush_owed(qp);
+	txb_init(&b, qp);
+	uint8_t *h = txb_hdr(&b);
+	bth_set(h, OP_RC_READ_RESP_ONLY, 0, 0, qp->attr.dest_qp_num, 0, r->first_psn);
+	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->resp.msn);
+	uint32_t rl = ref_put(h + BTH_LEN + AETH_LEN, pid, &seg, 1);
+	txb_add_flags(&b, BTH_LEN + AETH_LEN + rl, NULL, 0, 0, 0, NET_PKT_REF);
+	txb_flush(&b);
+	dev_count(qp->dev, UC_ref_tx, 1);
+	dev_count(qp->dev, UC_ref_bytes_tx, r->length);
+	return true;
+}
+
 static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uint32_t *npsn)
 {
 	const uint8_t *reth = pkt->bth + opinfo(pkt->opcode)->off_reth;
@@ -296,7 +354,8 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 	r->rkey = rkey;
 	r->length = len;
 	msn_next(qp); /* +1 when a READ is accepted (§5.4) */
-	send_read_responses(qp, r, r->first_psn);
+	if (!((pkt->flags & NET_PKT_REF_OK) && len && send_read_ref(qp, r, mr)))
+		send_read_responses(qp, r, r->first_psn);
 	*npsn = n;
 	return RV_OK;
 }
@@ -495,14 +554,17 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	/* opcode sequence: a message in progress continues, otherwise a new
 	 * one starts (IBA 9.8.3.1; rxe check_op_seq) */
 	bool starts = pkt->mask & OPF_FIRST;
+	bool was_in_write = qp->resp.in_write;
 	if (!xrc_ok)
 		v = RV_ACCESS;  /* no XRC SRQ of this domain by that number, or another than the message's: xrc_pick_srq */
 	else if ((qp->resp.in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
 	    (qp->resp.in_write && (!(pkt->mask & OPF_WRITE) || starts)) ||
 	    (!qp->resp.in_send && !qp->resp.in_write && !starts))
 		v = RV_INV_REQ;
-	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC | OPF_ATOMIC_WRITE)) && !length_ok(qp, pkt))
+	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC | OPF_ATOMIC_WRITE)) && !length_ok(qp, pkt, &consumed))
 		v = RV_INV_REQ;
+	else if (pkt->ref && !ref_named_peer(qp, pkt->ref))
+		v = RV_UNREAD;
 	else if (pkt->mask & OPF_SEND)
 		v = do_send(qp, pkt);
 	else if (pkt->mask & OPF_WRITE)
@@ -516,6 +578,32 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	else
 		v = RV_INV_REQ;
 
+	/* A verdict that executes nothing and leaves the QP up (an RNR NAK, a
+	 * reference not read) leaves no message under way that was not before:
+	 * do_write marks one at a FIRST (or ONLY) before its receive WQE or its
+	 * pull may fail, and the message sent again from that FIRST would meet
+	 * a message "under way" and be NAKed as an invalid request, the QP to
+	 * ERR.  do_send marks one only once placed, and a receive WQE it took
+	 * waits in cur_recv for the packets sent again. */
+	if (v == RV_RNR || v == RV_UNREAD)
+		qp_set_in_write(qp, was_in_write);
+	if (v == RV_UNREAD) {
+		/* nothing of it counts: the requester goes back to its PSN at
+		 * once and sends it again as packets, and the NAK says so
+		 * (NET_PKT_REF_NAK: no loss, ref.h) */
+		dev_count(qp->dev, UC_ref_pull_failed, 1);
+		if (!qp->resp.nak_sent) {
+			qp->resp.nak_sent = true;
+			dev_count(qp->dev, UC_seq_naks_tx, 1);
+			ack_send_aeth_flags(qp, OP_RC_ACK | qp_opcode_base(qp), AETH_NAK_PSN_SEQ, qp->resp.epsn,
+					    NET_PKT_REF_NAK);
+		}
+		return;
+	}
+	if (pkt->ref) {
+		dev_count(qp->dev, UC_ref_rx, 1);
+		dev_count(qp->dev, UC_ref_bytes_rx, pkt->paylen);
+	}
 	if (v != RV_OK) {
 		if (qp->type == IBV_QPT_UC) {
 			/* UC has no NAKs: drop the rest of the message (§6.7) */
@@ -533,8 +621,8 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	}
 	qp->resp.epsn = psn_add(pkt->psn, consumed);
 	if (qp_reliable(qp) && (pkt->mask & (OPF_SEND | OPF_WRITE))) {
-		if (bth_ackreq(pkt->bth))
-			ack_owe(qp, pkt->psn, (pkt->mask & OPF_LAST) != 0);
+		if (bth_ackreq(pkt->bth))  /* a reference's span: its last PSN */
+			ack_owe(qp, psn_add(pkt->psn, consumed - 1), (pkt->mask & OPF_LAST) != 0);
 	}
 }
 

@@ -28,9 +28,14 @@ struct uroce_pkt {
 	uint32_t psn;
 	uint16_t ip_id;        /* IPv4 Identification the ICRC check found */
 	const struct uroce_rxpkt *rx;
+	/* A same-host peer's reference (ref.h): paylen is then the bytes it
+	 * stands for, which are in the peer's memory, and payload is NULL. */
+	const struct ref_src *ref;
+	uint8_t flags;         /* NET_PKT_* its backend reported */
 };
 
 struct tx_batch;
+struct ref_src;
 
 /* recv.c: every received packet; takes the QP lock itself (under rx_lock). */
 void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *pkt);
@@ -94,6 +99,9 @@ void ud_send(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_batch *b, 
 void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end);
 /* An ACK/NAK of `syndrome` for `psn` now, after any ACK still owed. */
 void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn);
+/* ... with NET_PKT_* flags (a sequence NAK that refuses a reference:
+ * NET_PKT_REF_NAK, ref.h) */
+void ack_send_aeth_flags(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn, uint8_t flags);
 /* The owed ACK, if any, goes out now (before another response of the QP). */
 void ack_flush_owed(struct uroce_qp *qp);
 /* After a receive batch: send the ACKs coalesced in it, or defer them. */

@@ -38,8 +38,8 @@ static uint16_t gso_place(struct tx_batch *b, uint32_t len, int iovcnt)
 	return (uint16_t)(p->gso_idx + 1);
 }
 
-void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
-	     uint32_t off, uint32_t len)
+void txb_add_flags(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
+		   uint32_t off, uint32_t len, uint8_t flags)
 {
 	struct uroce_qp *qp = b->qp;
 	struct uroce_txmsg *m = &b->msg[b->n];
@@ -63,6 +63,7 @@ void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, u
 	m->iov[m->iovcnt].iov_len = pad + ICRC_LEN;
 	m->iovcnt++;
 	m->len = udp_len - 8;
+	m->flags = flags;
 
 	m->gso_idx = gso_place(b, m->len, m->iovcnt);
 	if (m->gso_idx == 0) {

@@ -6,7 +6,9 @@
 
 #include "transport.h"
 
-#define TX_HDR_MAX 64
+/* a packet's headers, or a reference packet's headers and its reference
+ * (ref.h: REF_BYTES(REF_MAX_SEGS) after at most 32 bytes of headers) */
+#define TX_HDR_MAX 128
 
 /* A batch of up to `cap` packets; its storage is the caller's
  * (TXB_ON_STACK), sized for what it sends: a lone ACK, NAK or atomic ACK
@@ -62,9 +64,16 @@ static inline uint8_t *txb_hdr(struct tx_batch *b)
 
 /* Finish the packet whose BTH + extension headers (hdrlen bytes) are in
  * txb_hdr(b), with `len` payload bytes at offset `off` of `seg`. Pads, adds
- * the ICRC and queues it; sends the batch when full. */
-void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
-	     uint32_t off, uint32_t len);
+ * the ICRC and queues it; sends the batch when full.  `flags`: NET_PKT_*
+ * (a reference packet's reference is in the header buffer, within
+ * hdrlen, and it has no other payload). */
+void txb_add_flags(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
+		   uint32_t off, uint32_t len, uint8_t flags);
+static inline void txb_add(struct tx_batch *b, uint32_t hdrlen, const struct uroce_seg *seg, uint32_t nseg,
+			   uint32_t off, uint32_t len)
+{
+	txb_add_flags(b, hdrlen, seg, nseg, off, len, 0);
+}
 void txb_flush(struct tx_batch *b);
 
 #endif

@@ -57,6 +57,10 @@
 	X(UROCE_SHM, shm, bool, 0, 0, true, "1", \
 	  "`0`: reach other uroce processes of this host by loopback UDP too, instead of shared-memory " \
 	  "rings (a `tshark -i lo` capture then sees their traffic; `UROCE_PCAP` records either way)") \
+	X(UROCE_SHM_DIRECT_MIN, shm_direct_min, uint, 0, UINT_MAX, 16384, "16384", \
+	  "RC SENDs, WRITEs and READs of at least this many bytes between uroce processes of one host " \
+	  "are copied once, straight between the two processes' memory (`process_vm_readv`), instead " \
+	  "of as packets through the ring; `0`: never (docs/architecture.md \"The single copy\")") \
 	X(UROCE_SPIN_US, spin_us, uint, 0, UINT_MAX, 50, "50", \
 	  "how long the engine busy-polls after the last packet before sleeping, when no application " \
 	  "polls, and only while no more threads are runnable than there are CPUs") \

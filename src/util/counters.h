@@ -62,6 +62,14 @@
 	X(shm_region_failed, "same-host ring regions that could not be made (memfd, seals, mapping or socket: logged once): that address takes UDP") \
 	X(shm_serve_stalled, "same-host rendezvous listeners unwatched for up to 10 ms (the engine then serves again): a connection could not be accepted") \
 	X(shm_parts_tx, "send calls into same-host rings ended after a part of a long message (SHM_PART_BYTES)") \
+	X(ref_tx, "message parts and READ answers sent to a same-host peer by reference, for it to copy from this process's memory (UROCE_SHM_DIRECT_MIN)") \
+	X(ref_bytes_tx, "bytes sent by reference (ref_tx)") \
+	X(ref_rx, "references received and copied from the peer's memory (one copy, no packets)") \
+	X(ref_bytes_rx, "bytes copied from a same-host peer's memory by reference") \
+	X(ref_pull_failed, "references refused: the peer's memory could not be read (process gone, no permission, memory unmapped), or they named another process than the peer's; what they stood for comes again as packets") \
+	X(ref_naks_rx, "references the peer refused (a sequence NAK flagged so): resent as packets, counted as no loss") \
+	X(ref_dropped, "references not sent: the flow had to go by UDP, which cannot carry one (resent as data)") \
+	X(ref_refused, "references dropped as malformed or where none may come (not RC, not SEND/WRITE/READ answer)") \
 	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)") \
 	X(share_forwarded, "packets for another process's QP on a shared address, forwarded to it (net/share.c)") \
 	X(share_forwarded_rx, "packets that another process of a shared address forwarded here") \

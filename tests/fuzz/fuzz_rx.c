@@ -35,6 +35,7 @@
 #include "obj/obj.h"
 #include "sq/sq.h"
 #include "transport/transport.h"
+#include "transport/ref.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
 #include "wire/opcode.h"
@@ -458,6 +459,44 @@ static void add_icrc(uint8_t *b, uint32_t len, const uint8_t *sgid, const uint8_
 	icrc_store(b + len - ICRC_LEN, icrc_packet(&ih, &v, 1) ^ (bad ? 1u : 0));
 }
 
+/* Inputs of odd length run as between same-host peers (LLVMFuzzerTestOneInput). */
+static bool refs_input;
+/* What references in crafted packets name: bytes of this process. */
+static uint8_t ref_source[65536];
+
+/* On an input of odd length, F_QKEY on a packet without a DETH stands for a
+ * ring's flag: a payload of the size of a reference (ref.h) becomes one,
+ * naming this process and bytes of ref_source at offsets and lengths from
+ * the input (a length may be 0 or run past: refused), and is received as
+ * NET_PKT_REF; a READ request is received as NET_PKT_REF_OK, an ACK or NAK
+ * as NET_PKT_REF_NAK. */
+static uint8_t ref_flags(uint8_t *b, uint32_t len, uint8_t fl)
+{
+	if (!refs_input || !(fl & F_QKEY) || len < BTH_LEN)
+		return 0;
+	const struct uroce_opinfo *oi = opinfo(b[0]);
+	if (oi->off_deth)
+		return 0;
+	if ((oi->mask & OPF_READ) && (oi->mask & OPF_REQ))
+		return NET_PKT_REF_OK;
+	if (oi->mask & OPF_ACK)
+		return NET_PKT_REF_NAK;
+	uint32_t pay = len - oi->hdr_len - ICRC_LEN;
+	if (!(oi->mask & OPF_PAYLOAD) || len < (uint32_t)oi->hdr_len + ICRC_LEN || pay < REF_BYTES(1) ||
+	    (pay - REF_HDR) % REF_SEG || (pay - REF_HDR) / REF_SEG > REF_MAX_SEGS)
+		return 0;
+	uint8_t *r = b + oi->hdr_len;
+	uint32_t pid = (uint32_t)getpid();
+	memcpy(r, &pid, 4);
+	for (uint32_t i = 0; i < (pay - REF_HDR) / REF_SEG; i++) {
+		uint8_t *sg = r + REF_BYTES(i);
+		uint64_t at = (uint64_t)(uintptr_t)(ref_source + ld16(sg) % sizeof(ref_source));
+		memcpy(sg, &at, 8);
+	}
+	b[1] &= (uint8_t)~0x30;  /* no pad: a reference is whole words */
+	return NET_PKT_REF;
+}
+
 static void op_bundle(struct in *in)
 {
 	int n = 1 + u8(in) % 16;
@@ -503,10 +542,12 @@ static void op_bundle(struct in *in)
 		}
 		if (fl & F_WRONG_PEER)
 			sgid = sgid == peer_gid ? local_gid : peer_gid;
+		uint8_t flags = fl & F_RAW ? 0 : ref_flags(b, blen, fl);
 		if (!(fl & F_RAW))
 			add_icrc(b, blen, sgid, local_gid, PEER_SPORT, (uint16_t)i, fl & F_BAD_ICRC);
 		pbuf[i] = b;
 		memset(&rx[i], 0, sizeof(rx[i]));
+		rx[i].flags = flags;
 		rx[i].buf = b;
 		rx[i].len = blen;
 		memcpy(rx[i].sgid, sgid, 16);
@@ -549,6 +590,7 @@ static void op_reflect(struct in *in)
 		rx[i].sport = p->sport;
 		rx[i].ttl = 64;
 		rx[i].ip_id_hint = p->ip_id;
+		rx[i].flags = p->flags;
 	}
 	fake_sent_clear();
 	if (n)
@@ -697,6 +739,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	fake_net_setenv();  /* as tests/unit/test_roles.c */
+	/* messages here are small: references from 2 KiB on */
+	setenv("UROCE_SHM_DIRECT_MIN", "2048", 1);
 	fake_sent_overflow_drops(true);
 	dev = uroce_dev_open(&fake_net_ops, false);
 	if (!dev)
@@ -727,6 +771,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	mr[M_WIN_RW].wlo[0] = 512, mr[M_WIN_RW].whi[0] = 512 + 2048;
 	mr[M_WIN_RW].wlo[1] = 8192, mr[M_WIN_RW].whi[1] = 8192 + 1000;
 	memset(fill_page, FILL, sizeof(fill_page));
+	for (size_t i = 0; i < sizeof(ref_source); i++)
+		ref_source[i] = (uint8_t)(i * 13 + 5);
 	base_nqp = dev->nqp;
 	base_ncq = dev->ncq;
 	base_nsrq = dev->nsrq;
@@ -739,6 +785,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	for (int m = 0; m < NMR; m++)
 		memset(mr[m].map, FILL, MAP_BYTES);
+	/* inputs of odd length run as between same-host peers: large SENDs,
+	 * WRITEs and READs go by reference to this process's memory
+	 * (transport/ref.h), and REFLECT feeds them back as such */
+	fake_net_refs(size & 1);
+	refs_input = size & 1;
 	objects_up();
 	for (int ops = 0; in.n && ops < 64; ops++) {
 		switch (u8(&in) % 8) {

@@ -3,6 +3,7 @@
 # launcher, and fail if any of them fails or the whole run exceeds a bound.
 #
 #   UROCE=/path/to/uroce run_pair.sh [-k clients] [-b bound_s] [-C 'client-only args'] \
+#       [-S 'server-only command prefix'] \
 #       -- /path/to/rc_integrity [args given to the server and every client]
 #
 # The server binds a free TCP port (-p 0) and reports it through a port file,
@@ -11,18 +12,20 @@
 set -u
 
 usage() {
-	sed -n '2,10p' "$0" >&2
+	sed -n '2,11p' "$0" >&2
 	exit 2
 }
 
 clients=1
 bound=240
 client_args=""
+server_prefix=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-k) clients=$2; shift 2 ;;
 	-b) bound=$2; shift 2 ;;
 	-C) client_args=$2; shift 2 ;;
+	-S) server_prefix=$2; shift 2 ;;
 	--) shift; break ;;
 	*) usage ;;
 	esac
@@ -82,7 +85,8 @@ start() {   # name log cmd...
 }
 
 t0=$SECONDS
-start server "$tmp/server.log" "${launch[@]}" "$bin" -p 0 -P "$tmp/port" -c "$clients" "$@"
+# shellcheck disable=SC2086  # server_prefix is a word list on purpose
+start server "$tmp/server.log" "${launch[@]}" $server_prefix "$bin" -p 0 -P "$tmp/port" -c "$clients" "$@"
 
 # wait for the server to report its port
 port=""

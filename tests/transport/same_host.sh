@@ -7,11 +7,15 @@
 #     sleep on their sockets between messages, so senders must wake them with
 #     doorbells: some are rung and no ACK times out (a lost wake-up shows as
 #     a timeout, 67 ms, and a resend);
-#  3. a message of 64 KiB goes into the ring in parts while the peer polls
-#     (SHM_PART_BYTES: a send call ends after 16 KiB at a first or middle
-#     packet) -- at most 3 cuts a message, data checked by the pingpong --
-#     and with events (-e, the peer's engine asleep) arrives whole too;
-#  4. UROCE_SHM=0 sends everything by UDP.
+#  3. a message of 64 KiB sent as packets (UROCE_SHM_DIRECT_MIN=0) goes
+#     into the ring in parts while the peer polls (SHM_PART_BYTES: a send
+#     call ends after 16 KiB at a first or middle packet) -- at most 3 cuts
+#     a message, data checked by the pingpong -- and with events (-e, the
+#     peer's engine asleep) arrives whole too;
+#  4. by default, a message of 64 KiB is copied once, by reference
+#     (transport/ref.h): one record a message, its bytes pulled by the
+#     receiver (ref_rx, ref_bytes_rx), no parts, data checked;
+#  5. UROCE_SHM=0 sends everything by UDP.
 # usage: same_host.sh LAUNCHER
 set -u
 U=$1
@@ -98,7 +102,7 @@ fi
 # parts need the peer's engine off its sockets while its application polls,
 # as in the default hand-off, grace (with UROCE_HANDOFF=defer it sleeps on
 # them throughout), whatever the caller's environment says
-if run_pair parts UROCE_HANDOFF=grace UROCE_POLL_PROGRESS=1 -- -c -m 4096 -s 65536 -n 300; then
+if run_pair parts UROCE_SHM_DIRECT_MIN=0 UROCE_HANDOFF=grace UROCE_POLL_PROGRESS=1 -- -c -m 4096 -s 65536 -n 300; then
 	no_loss parts
 	for side in s c; do
 		f=$tmp/parts.$side
@@ -111,9 +115,23 @@ if run_pair parts UROCE_HANDOFF=grace UROCE_POLL_PROGRESS=1 -- -c -m 4096 -s 655
 		fi
 	done
 fi
-if run_pair parts_events UROCE_SPIN_US=0 -- -c -e -m 4096 -s 65536 -n 200; then
+if run_pair parts_events UROCE_SHM_DIRECT_MIN=0 UROCE_SPIN_US=0 -- -c -e -m 4096 -s 65536 -n 200; then
 	no_loss parts_events
 	echo "ok: parts_events: 64 KiB messages with sleeping engines, checked"
+fi
+if run_pair direct -- -c -m 4096 -s 65536 -n 300; then
+	no_loss direct
+	for side in s c; do
+		f=$tmp/direct.$side
+		refs=$(counter "$f" ref_rx); bytes=$(counter "$f" ref_bytes_rx); parts=$(counter "$f" shm_parts_tx)
+		# ibv_rc_pingpong: 300 messages each way, every one a reference
+		if [ "$refs" -lt 300 ] || [ "$bytes" -lt $((300 * 65536)) ] || [ "$parts" -ne 0 ]; then
+			echo "not ok: direct ($side): $refs references and $bytes bytes pulled, $parts parts (want 300, 300 x 64 KiB, 0)"
+			fail=1
+		else
+			echo "ok: direct ($side): $refs messages of 64 KiB pulled by reference, checked"
+		fi
+	done
 fi
 
 if run_pair udp UROCE_SHM=0 -- -c -s 3000 -n 500; then

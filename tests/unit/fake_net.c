@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct uroce_backend_flow {
 	uint8_t sgid[16];
@@ -14,6 +15,7 @@ struct uroce_backend_flow {
 static struct fake_pkt sent[FAKE_SENT_MAX];
 static unsigned nsent;
 static bool sent_overflow_drops;
+static bool refs;
 
 static struct fake_pkt rxq[FAKE_RX_MAX];
 static unsigned rx_head, rx_tail;   /* tail: next to hand out */
@@ -23,6 +25,7 @@ const struct fake_pkt *fake_sent(unsigned i) { return i < nsent ? &sent[i] : NUL
 void fake_sent_clear(void) { nsent = 0; }
 void fake_sent_overflow_drops(bool on) { sent_overflow_drops = on; }
 unsigned fake_rx_pending(void) { return rx_head - rx_tail; }
+void fake_net_refs(bool on) { refs = on; }
 
 static void die(const char *why)
 {
@@ -40,6 +43,7 @@ void fake_net_setenv(void)
 	setenv("UROCE_SHM", "0", 1);
 	setenv("UROCE_ACK_DEFER_US", "0", 1);
 	setenv("UROCE_MTU", "4096", 1);
+	setenv("UROCE_SHM_DIRECT_MIN", "16384", 1);  /* references, when a test turns them on (fake_net_refs) */
 	static const char *const unset[] = { "UROCE_WINDOW", "UROCE_FAULT_DROP_TX", "UROCE_FAULT_DROP_RX",
 					     "UROCE_PCAP", "UROCE_NO_GSO" };
 	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
@@ -60,12 +64,21 @@ void fake_rx_queue(const uint8_t *buf, uint32_t len, const uint8_t sgid[16], con
 	memcpy(p->dgid, dgid, 16);
 	p->sport = sport;
 	p->ip_id = 0;
+	p->flags = 0;
+}
+
+void fake_rx_flags(uint8_t flags)
+{
+	if (rx_head == rx_tail)
+		die("no packet queued to flag");
+	rxq[rx_head - 1].flags = flags;
 }
 
 void fake_rx_queue_sent(const struct fake_pkt *p)
 {
 	fake_rx_queue(p->buf, p->len, p->sgid, p->dgid, p->sport);
 	rxq[rx_head - 1].ip_id = p->ip_id;
+	rxq[rx_head - 1].flags = p->flags;
 }
 
 static int fake_open(struct uroce_backend *be)
@@ -80,6 +93,7 @@ static int fake_open(struct uroce_backend *be)
 	net->gso_max_segs = 0;  /* one packet per datagram: every ICRC covers IPv4 ID 0 */
 	nsent = 0;
 	rx_head = rx_tail = 0;
+	refs = false;
 	return 0;
 }
 
@@ -103,6 +117,13 @@ static struct uroce_backend_flow *fake_flow_open(struct uroce_backend *be, const
 }
 
 static void fake_flow_close(struct uroce_backend_flow *flow) { free(flow); }
+
+static pid_t fake_flow_ref_peer(const struct uroce_backend_flow *flow, pid_t *self)
+{
+	(void)flow;
+	*self = getpid();  /* the peer is this process too */
+	return refs ? *self : 0;
+}
 
 static int fake_send(struct uroce_backend_flow *flow, const uint8_t dgid[16], uint8_t tos,
 		     struct uroce_txmsg *msgs, int n, bool *wake)
@@ -128,6 +149,7 @@ static int fake_send(struct uroce_backend_flow *flow, const uint8_t dgid[16], ui
 		memcpy(p->dgid, dgid, 16);
 		p->sport = flow->sport;
 		p->ip_id = msgs[i].gso_idx;
+		p->flags = msgs[i].flags;
 	}
 	return n;
 }
@@ -147,6 +169,7 @@ static int fake_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max
 		p->sport = q->sport;
 		p->ttl = 64;
 		p->ip_id_hint = q->ip_id;
+		p->flags = q->flags;
 	}
 	(void)be;
 	(void)busy;
@@ -171,6 +194,7 @@ const struct uroce_net_ops fake_net_ops = {
 	.close = fake_close,
 	.flow_open = fake_flow_open,
 	.flow_close = fake_flow_close,
+	.flow_ref_peer = fake_flow_ref_peer,
 	.send = fake_send,
 	.recv = fake_recv,
 	.recv_done = fake_recv_done,

@@ -19,6 +19,7 @@ struct fake_pkt {
 	uint8_t sgid[16], dgid[16];
 	uint16_t sport;
 	uint16_t ip_id;               /* the IPv4 ID its ICRC covers (GSO place) */
+	uint8_t flags;                /* NET_PKT_* it was sent or is received with */
 };
 
 extern const struct uroce_net_ops fake_net_ops;
@@ -34,11 +35,17 @@ void fake_sent_clear(void);
 /* Past FAKE_SENT_MAX: lose the packets (the fuzzer) instead of aborting. */
 void fake_sent_overflow_drops(bool on);
 
+/* Flows carry references (NET_PKT_REF, transport/ref.h) naming this
+ * process, as a same-host ring whose peer answered the probe; off at open. */
+void fake_net_refs(bool on);
+
 /* Queue a packet for the next receive call (copied). */
 void fake_rx_queue(const uint8_t *buf, uint32_t len, const uint8_t sgid[16], const uint8_t dgid[16],
 		   uint16_t sport);
 /* A recorded packet, received as it was sent. */
 void fake_rx_queue_sent(const struct fake_pkt *p);
 unsigned fake_rx_pending(void);
+/* The flags the packet queued last is received with (NET_PKT_*). */
+void fake_rx_flags(uint8_t flags);
 
 #endif

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include "sq/sq.h"
 #include "transport/transport.h"
+#include "transport/ref.h"
 #include "wire/hdr.h"
 #include "wire/icrc.h"
 #include "wire/opcode.h"
@@ -3282,6 +3283,270 @@ out:
 	xrig_down(&t);
 }
 
+
+/* ============================================================ references (transport/ref.h) */
+
+/* A reference to n bytes at src in this process, after the headers of p. */
+static uint32_t ref_to(uint8_t *at, const void *src, uint32_t n)
+{
+	struct uroce_seg seg = { (uint8_t *)src, n };
+	return ref_put(at, getpid(), &seg, 1);
+}
+
+/* A SEND or WRITE of UROCE_SHM_DIRECT_MIN bytes or more on a flow that
+ * carries references leaves as one packet standing for its span: the
+ * message's opcode (ONLY), its RETH, AckReq, a reference naming this
+ * process and each local segment; the next message's PSN follows the
+ * packets it stood for (5000 at MTU 1024 in one span: 20 PSNs for 20000). */
+static void test_ref_req_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ref_src src;
+
+	fake_net_refs(true);
+	if (!rig_up(&r) || !mem_up(&m, 32768, 32768, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge[2] = { { m.iova + 100, 12000, m.mr->lkey }, { m.iova + 16000, 8000, m.mr->lkey } };
+	post_send(&r, 0x81, IBV_WR_RDMA_WRITE, sge, 2, 0x70000, 0x77);
+	check_nsent(1, "20000-byte WRITE by reference");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_WRITE_ONLY, SQ_PSN, "WRITE by reference")) {
+		CHECK(p->flags == NET_PKT_REF, "flags 0x%x", p->flags);
+		CHECK(bth_ackreq(p->buf), "no AckReq on a span");
+		CHECK(reth_len(p->buf + BTH_LEN) == 20000 && reth_va(p->buf + BTH_LEN) == 0x70000, "RETH len %u",
+		      reth_len(p->buf + BTH_LEN));
+		bool ok = ref_get(pkt_payload(p), pkt_paylen(p), &src);
+		CHECK(ok, "no well-formed reference");
+		if (ok) {
+			CHECK(src.pid == getpid() && src.nseg == 2 && src.len == 20000, "reference pid %d nseg %u len %u",
+			      (int)src.pid, src.nseg, src.len);
+			CHECK(src.seg[0].iov_base == m.host + 100 && src.seg[0].iov_len == 12000 &&
+			      src.seg[1].iov_base == m.host + 16000 && src.seg[1].iov_len == 8000,
+			      "the reference names other bytes");
+		}
+	}
+	/* below UROCE_SHM_DIRECT_MIN: packets */
+	fake_sent_clear();
+	struct ibv_sge small = { m.iova, 2000, m.mr->lkey };
+	post_send(&r, 0x82, IBV_WR_SEND, &small, 1, 0, 0);
+	check_nsent(2, "2000-byte SEND as packets");
+	if (check_out(fake_sent(0), OP_RC_SEND_FIRST, SQ_PSN + 20, "SEND after 20 PSNs of WRITE"))
+		CHECK(fake_sent(0)->flags == 0, "a small SEND flagged 0x%x", fake_sent(0)->flags);
+out:
+	mem_down(&m);
+	rig_down(&r);
+	fake_net_refs(false);
+}
+
+/* The responder pulls what a reference names into the RETH's memory, and
+ * takes the span's PSNs: one ACK, of its last PSN.  A reference it cannot
+ * read counts nothing: a sequence NAK at its PSN, memory untouched, and
+ * the same PSN sent again as a packet is executed as the message's start. */
+static void test_ref_resp_write(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct pkt p;
+	static uint8_t d[5000];
+
+	fake_net_refs(true);
+	if (!rig_up(&r) || !mem_up(&m, 8192, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 61);
+	uint8_t *h = pkt_begin(&p, OP_RC_WRITE_ONLY, r.qpn, true, RQ_PSN);
+	reth_set(h + BTH_LEN, m.iova + 10, m.mr->rkey, sizeof(d));
+	uint32_t rl = ref_to(p.b + BTH_LEN + RETH_LEN, d, sizeof(d));
+	pkt_queue(&p, p.b + BTH_LEN + RETH_LEN, rl);
+	fake_rx_flags(NET_PKT_REF);
+	CHECK(deliver() == 1, "reference received");
+	CHECK(!memcmp(m.host + 10, d, sizeof(d)), "the referenced bytes not in the MR");
+	CHECK(untouched(&m, 0, 10) && untouched(&m, 10 + sizeof(d), m.alloc - 10 - sizeof(d)),
+	      "bytes around the WRITE changed");
+	check_nsent(1, "WRITE by reference");
+	/* 5000 bytes at MTU 1024: 5 PSNs */
+	check_aeth(fake_sent(0), RQ_PSN + 4, AETH_ACK_UNLIMITED, 1, "ACK of the span's last PSN");
+
+	/* bytes that cannot be read (an unmapped page) */
+	fake_sent_clear();
+	uint8_t *gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(gone != MAP_FAILED, "mmap");
+	munmap(gone, 4096);
+	memset(m.host, 0xEE, m.alloc);
+	h = pkt_begin(&p, OP_RC_WRITE_ONLY, r.qpn, true, RQ_PSN + 5);
+	reth_set(h + BTH_LEN, m.iova, m.mr->rkey, 3000);
+	rl = ref_to(p.b + BTH_LEN + RETH_LEN, gone, 3000);
+	pkt_queue(&p, p.b + BTH_LEN + RETH_LEN, rl);
+	fake_rx_flags(NET_PKT_REF);
+	deliver();
+	check_nsent(1, "an unreadable reference");
+	check_aeth(fake_sent(0), RQ_PSN + 5, AETH_NAK_PSN_SEQ, 1, "sequence NAK at the reference's PSN");
+	if (fake_sent_count())
+		CHECK(fake_sent(0)->flags == NET_PKT_REF_NAK, "the NAK does not say it refuses a reference");
+	/* a reference naming another process than the peer's: refused unread */
+	fake_sent_clear();
+	h = pkt_begin(&p, OP_RC_WRITE_ONLY, r.qpn, true, RQ_PSN + 5);
+	reth_set(h + BTH_LEN, m.iova, m.mr->rkey, 3000);
+	struct uroce_seg other = { d, 3000 };
+	rl = ref_put(p.b + BTH_LEN + RETH_LEN, 1, &other, 1);
+	pkt_queue(&p, p.b + BTH_LEN + RETH_LEN, rl);
+	fake_rx_flags(NET_PKT_REF);
+	deliver();
+	CHECK(untouched(&m, 0, m.alloc), "a reference to pid 1 was read");
+	check_nsent(1, "a reference to another process");
+	check_aeth(fake_sent(0), RQ_PSN + 5, AETH_NAK_PSN_SEQ, 1, "NAK of a reference to another process");
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "the responder's QP left RTS");
+	fake_sent_clear();
+	queue_write(OP_RC_WRITE_FIRST, r.qpn, RQ_PSN + 5, false, m.iova, m.mr->rkey, 3000, d, 1024);
+	queue_write(OP_RC_WRITE_MIDDLE, r.qpn, RQ_PSN + 6, false, 0, 0, 0, d + 1024, 1024);
+	queue_write(OP_RC_WRITE_LAST, r.qpn, RQ_PSN + 7, true, 0, 0, 0, d + 2048, 952);
+	deliver();
+	CHECK(!memcmp(m.host, d, 3000), "the WRITE sent again as packets not placed");
+	check_nsent(1, "the WRITE as packets");
+	check_aeth(fake_sent(0), RQ_PSN + 7, AETH_ACK_UNLIMITED, 2, "ACK of the WRITE as packets");
+	/* a reference where none may be: a READ request's */
+	fake_sent_clear();
+	queue_read_req(r.qpn, RQ_PSN + 8, m.iova, m.mr->rkey, 64);
+	fake_rx_flags(NET_PKT_REF);
+	deliver();
+	check_nsent(0, "a READ request flagged as a reference");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	fake_net_refs(false);
+}
+
+/* A READ asked by reference: NET_PKT_REF_OK, the whole READ in one
+ * request; a WRITE posted after it (no fence) waits until the answer has
+ * been pulled, as the responder would have executed the READ first (IBA
+ * 9.5); the answer, one READ_RESPONSE_ONLY standing for 20 PSNs, is pulled
+ * into the local memory and completes the READ. */
+static void test_ref_read_fence(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[2];
+	static uint8_t d[20000];
+
+	fake_net_refs(true);
+	if (!rig_up(&r) || !mem_up(&m, 32768, 32768, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova + 8, sizeof(d), m.mr->lkey };
+	post_send(&r, 0x91, IBV_WR_RDMA_READ, &sge, 1, 0x90000, 0x99);
+	struct ibv_sge ws = { m.iova + 24000, 100, m.mr->lkey };
+	post_send(&r, 0x92, IBV_WR_RDMA_WRITE, &ws, 1, 0x90000, 0x99);
+	check_nsent(1, "READ by reference, then a WRITE");
+	const struct fake_pkt *p = fake_sent(0);
+	if (check_out(p, OP_RC_READ_REQUEST, SQ_PSN, "READ request")) {
+		CHECK(p->flags == NET_PKT_REF_OK, "READ request flags 0x%x", p->flags);
+		CHECK(reth_len(p->buf + BTH_LEN) == sizeof(d), "READ request asks %u bytes", reth_len(p->buf + BTH_LEN));
+	}
+	fake_sent_clear();
+	pattern(d, sizeof(d), 71);
+	struct pkt q;
+	uint8_t *h = pkt_begin(&q, OP_RC_READ_RESP_ONLY, r.qpn, false, SQ_PSN);
+	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, 1);
+	uint32_t rl = ref_to(q.b + BTH_LEN + AETH_LEN, d, sizeof(d));
+	pkt_queue(&q, q.b + BTH_LEN + AETH_LEN, rl);
+	fake_rx_flags(NET_PKT_REF);
+	deliver();
+	CHECK(cq_take(r.scq, wc, 2) == 1, "READ by reference not completed");
+	check_wc(&wc[0], 0x91, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, r.qpn, "READ by reference");
+	CHECK(!memcmp(m.host + 8, d, sizeof(d)), "the READ's bytes not pulled");
+	CHECK(untouched(&m, 0, 8) && untouched(&m, 8 + sizeof(d), 24000 - 8 - sizeof(d)), "READ wrote outside its buffer");
+	check_nsent(1, "the WRITE after the READ's answer");
+	check_out(fake_sent(0), OP_RC_WRITE_ONLY, SQ_PSN + 20, "WRITE after a 20-PSN READ");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	fake_net_refs(false);
+}
+
+
+/* An RNR NAK on a WRITE with immediate leaves no message under way: the
+ * WRITE sent again from its start is executed, not NAKed as an invalid
+ * request (IBA 9.7.5.2.8: an RNR NAKed request is retried whole). */
+static void test_resp_write_imm_rnr_retry(void)
+{
+	struct rig r;
+	struct mem m = { 0 }, rb = { 0 };
+	struct ibv_wc wc;
+	uint8_t d[300];
+
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) ||
+	    !mem_up(&rb, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 81);
+	struct pkt p;
+	uint8_t *h = pkt_begin(&p, OP_RC_WRITE_ONLY_IMM, r.qpn, true, RQ_PSN);
+	reth_set(h + BTH_LEN, m.iova, m.mr->rkey, sizeof(d));
+	immdt_set_raw(h + BTH_LEN + RETH_LEN, 0x11223344);
+	pkt_queue(&p, d, sizeof(d));
+	deliver();
+	check_nsent(1, "WRITE with immediate and no receive");
+	if (fake_sent_count())
+		CHECK((aeth_syndrome(fake_sent(0)->buf + BTH_LEN) & AETH_TYPE_MASK) == AETH_RNR_NAK, "not an RNR NAK");
+	fake_sent_clear();
+	post_recv(&r, 0xa1, &rb, 0, 64);
+	h = pkt_begin(&p, OP_RC_WRITE_ONLY_IMM, r.qpn, true, RQ_PSN);
+	reth_set(h + BTH_LEN, m.iova, m.mr->rkey, sizeof(d));
+	immdt_set_raw(h + BTH_LEN + RETH_LEN, 0x11223344);
+	pkt_queue(&p, d, sizeof(d));
+	deliver();
+	check_nsent(1, "the WRITE with immediate sent again");
+	check_aeth(fake_sent(0), RQ_PSN, AETH_ACK_UNLIMITED, 1, "ACK of the WRITE sent again");
+	CHECK(!memcmp(m.host, d, sizeof(d)), "the WRITE sent again not placed");
+	CHECK(cq_take(r.rcq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM,
+	      "no receive completion for the WRITE with immediate");
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "the responder's QP left RTS");
+out:
+	mem_down(&rb);
+	mem_down(&m);
+	rig_down(&r);
+}
+
+/* A sequence NAK that refuses a reference (NET_PKT_REF_NAK) sends what the
+ * span stood for again as packets, at once and spending no retry: with
+ * retry_cnt 0 a loss would end the QP in RETRY_EXC_ERR. */
+static void test_ref_nak_resends_packets(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct conn c = conn_default;
+	struct ibv_wc wc;
+	struct pkt q;
+
+	c.retry_cnt = 0;
+	fake_net_refs(true);
+	if (!rig_up_with(&r, &c) || !mem_up(&m, 32768, 32768, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	pattern(m.host, 20000, 91);
+	struct ibv_sge sge = { m.iova, 20000, m.mr->lkey };
+	post_send(&r, 0xb1, IBV_WR_RDMA_WRITE, &sge, 1, 0x70000, 0x77);
+	check_nsent(1, "WRITE by reference");
+	fake_sent_clear();
+	uint8_t *h = pkt_begin(&q, OP_RC_ACK, r.qpn, false, SQ_PSN);
+	aeth_set(h + BTH_LEN, AETH_NAK_PSN_SEQ, 0);
+	pkt_queue(&q, NULL, 0);
+	fake_rx_flags(NET_PKT_REF_NAK);
+	deliver();
+	check_nsent(20, "the WRITE again as 20 packets");
+	if (fake_sent_count() == 20) {
+		check_out(fake_sent(0), OP_RC_WRITE_FIRST, SQ_PSN, "first packet sent again");
+		CHECK(fake_sent(0)->flags == 0 && pkt_paylen(fake_sent(0)) == 1024 &&
+		      !memcmp(pkt_payload(fake_sent(0)), m.host, 1024), "the WRITE sent again is not data");
+		check_out(fake_sent(19), OP_RC_WRITE_LAST, SQ_PSN + 19, "last packet sent again");
+	}
+	CHECK(qp_state(r.qp) == IBV_QPS_RTS, "a refused reference cost a retry");
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 19, AETH_ACK_UNLIMITED, 1, NULL, 0);
+	deliver();
+	CHECK(cq_take(r.scq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS, "the WRITE did not complete");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	fake_net_refs(false);
+}
+
 int main(void)
 {
 	static const struct { const char *name; void (*fn)(void); } tests[] = {
@@ -3316,6 +3581,11 @@ int main(void)
 		{ "requester: WRITE cut at the QP's path MTU 256", test_req_write_mtu256 },
 		{ "requester: READ request with RETH, PSNs per response", test_req_read },
 		{ "requester: 128 packets unacknowledged at most", test_req_window },
+		{ "references: a large WRITE leaves as one span by reference", test_ref_req_write },
+		{ "references: the responder pulls a span, NAKs one it cannot read", test_ref_resp_write },
+		{ "references: a READ by reference holds a later WRITE until pulled", test_ref_read_fence },
+		{ "references: a refusing NAK sends the span again as packets, no retry spent", test_ref_nak_resends_packets },
+		{ "responder: WRITE with immediate sent again after an RNR NAK", test_resp_write_imm_rnr_retry },
 		{ "completer: ACK completes exactly the WQEs it covers", test_comp_ack },
 		{ "completer: ACK of part of a message completes nothing", test_comp_partial_ack },
 		{ "completer: NAK remote access on the oldest, rest flushed", test_comp_nak_access_oldest },
