@@ -4,10 +4,14 @@
 # sides post and poll; a UC requester's send completions are made inside
 # ibv_post_send, so its CQ is never empty, and a poll that finds
 # completions runs no receive path of its own -- while the polls make a
-# spin, which keeps the engine off the sockets.  Every one of the peer's
-# 20,000 WRITEs must have been received (rx_packets, printed at exit by
-# UROCE_STATS=1); UC resends nothing, so one that waited in a full socket
-# is lost.  Not a timing test: a count.
+# spin, which keeps the engine off the sockets.  The peer's 20,000 WRITEs
+# must have been received (rx_packets, printed at exit by UROCE_STATS=1),
+# all but at most 5%: UC resends nothing, so a WRITE that finds the
+# receiver's socket full is lost, and on a loaded 2-core machine a receiver
+# that does run is still descheduled now and then while both sides stream
+# (CI runs lost 0.1-0.8%, in about one run of five).  Polls that never
+# receive lost 7,000-17,000 (35-85%) before issue #14's fix: the bound is
+# far from either.
 #   poll_found_receives.sh LAUNCHER
 set -u
 launcher=$1
@@ -29,11 +33,11 @@ src=$?
 rc=0
 for side in server client; do
 	rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/$side")
-	if [ "${rx:-0}" -lt $n ]; then
-		echo "not ok: the $side received ${rx:-0} of the peer's $n WRITEs"
+	if [ "${rx:-0}" -lt $((n - n / 20)) ]; then
+		echo "not ok: the $side received ${rx:-0} of the peer's $n WRITEs (at least $((n - n / 20)) must come)"
 		rc=1
 	else
-		echo "ok: the $side received all $n of the peer's WRITEs"
+		echo "ok: the $side received ${rx:-0} of the peer's $n WRITEs"
 	fi
 done
 if [ $crc != 0 ] || [ $src != 0 ]; then
