@@ -112,8 +112,8 @@ struct uroce_send_wqe {
 	uint32_t npkts;
 	uint32_t next_pkt;        /* next packet index to transmit */
 	uint32_t resp_bytes;      /* READ: bytes placed so far */
-	bool ref_asked;           /* READ: a request of it said NET_PKT_REF_OK (transport/ref.h) */
-	bool no_span;             /* SEND/WRITE: more local segments than a reference holds */
+	pid_t ref_self;           /* the pid its references name, 0: none (transport/ref.h; requester.c) */
+	bool ref_asked;           /* READ: a request of it said NET_PKT_REF_OK */
 	/* BIND_MW (mem/mw.c): the window, the MR's lkey, the range
 	 * (remote_addr, bind_len), the access; the new key is in rkey */
 	struct ibv_mw *bind_mw;

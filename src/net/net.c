@@ -180,17 +180,14 @@ pid_t net_flow_ref_peer(struct uroce_net *net, const struct uroce_flow *flow, pi
 	return net->wire.ops->flow_ref_peer ? net->wire.ops->flow_ref_peer(flow->wire, self) : 0;
 }
 
-/* Packets that go by the wire lose what it cannot carry (the UDP backend:
- * no reference): a reference is dropped, as a lost packet (RC resends it
- * as data: a resent packet is never a reference, transport/ref.h), and the
- * rest are kept in order.  Returns how many are left. */
-static int wire_only(struct uroce_net *net, struct uroce_flow *flow, struct uroce_txmsg *msgs, int n)
+/* Packets of a ring's flow that go by the wire after all lose what only
+ * the ring carries: a reference is dropped, as a lost packet (RC resends
+ * it as data: a resent packet is never a reference, transport/ref.h), and
+ * the rest are kept in order.  Returns how many are left. */
+static int wire_only(struct uroce_net *net, struct uroce_txmsg *msgs, int n)
 {
 	int k = 0;
 
-	pid_t self;
-	if (net->wire.ops->flow_ref_peer && net->wire.ops->flow_ref_peer(flow->wire, &self))
-		return n;
 	for (int i = 0; i < n; i++) {
 		if (msgs[i].flags & NET_PKT_REF) {
 			UROCE_COUNT(net->stats, UC_ref_dropped, 1);
@@ -263,7 +260,9 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 			if (!(msgs[i].flags & NET_PKT_REF))
 				pcap_tap_write(net->pcap, sgid, dgid, flow->sport, ROCE_UDP_PORT, msgs[i].gso_idx, tos, 64,
 				       msgs[i].iov, msgs[i].iovcnt);
-	bool on_ring = flow->ring && !memcmp(dgid, flow->peer, 16);
+	/* only a flow that has a ring ever had a reference to send */
+	bool had_ring = flow->ring != NULL;
+	bool on_ring = had_ring && !memcmp(dgid, flow->peer, 16);
 	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;
 	if (on_ring && sent == -EPIPE) {
 		/* its ring is not this process's (a forked child's flow on its
@@ -275,7 +274,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		wake = false;
 	}
 	if (sent == -EPIPE) {
-		n = wire_only(net, flow, msgs, n);
+		if (had_ring)
+			n = wire_only(net, msgs, n);
 		sent = n ? net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake) : 0;
 	}
 	if (wake)

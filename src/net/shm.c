@@ -1465,17 +1465,18 @@ static struct shm_region *header_map(int fd, const uint8_t key[SHM_KEY])
 	return r;
 }
 
-/* The owner's pid, if reading the probe word it published through that pid
- * gives the word back; 0 if not (another pid namespace, no permission to
- * read it: a non-dumpable process, Yama's ptrace_scope, a seccomp filter
- * without process_vm_readv).  Then the flow's messages go as packets. */
-static atomic_bool refs_on;
+static atomic_bool refs_on;  /* shm_refs */
 
 void shm_refs(bool on)
 {
 	atomic_store(&refs_on, on);
 }
 
+/* The owner's pid, if reading the probe word it published through that pid
+ * gives the word back; 0 if not (another pid namespace, no permission to
+ * read it: a non-dumpable process, Yama's ptrace_scope, a seccomp filter
+ * without process_vm_readv), or references are off.  Then the flow's
+ * messages go as packets. */
 static pid_t probe_owner(const struct shm_region *r)
 {
 	if (!atomic_load(&refs_on))

@@ -84,6 +84,18 @@ static bool ack_before(struct uroce_qp *qp, uint32_t psn)
 	return true;
 }
 
+/* A reference of ours the peer refused at psn, or an answer by reference
+ * we could not pull (or that named another process than the peer): what
+ * it stood for goes again, as packets, from psn at once, spending no retry
+ * (a PSN sent before is never a reference, a READ asked again never asks
+ * for one: ref.h). */
+static void ref_refused(struct uroce_qp *qp, uint32_t psn)
+{
+	if (qp->req.ref_refusals < REF_GIVE_UP)
+		qp->req.ref_refusals++;
+	requester_rewind(qp, psn);
+}
+
 static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint8_t syn = aeth_syndrome(pkt->bth + opinfo(pkt->opcode)->off_aeth);
@@ -135,24 +147,14 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	default: /* NAK */
 		if (psn_cmp(psn, qp->comp.una_psn) < 0)
 			return;
-		if (syn == AETH_NAK_PSN_SEQ && (pkt->flags & NET_PKT_REF_NAK)) {
-			/* the peer could not read a reference of ours at psn:
-			 * what it stood for goes again as packets (a PSN sent
-			 * before is never a reference again); no loss, so no
-			 * retry spent and the window left alone (ref.h) */
-			dev_count(qp->dev, UC_ref_naks_rx, 1);
-			uint32_t old_una = qp->comp.una_psn;
-			if (!ack_before(qp, psn))
-				return;
-			if (psn_cmp(qp->comp.una_psn, old_una) > 0)
-				progress_made(qp, old_una);
-			if (qp->req.ref_refusals < REF_GIVE_UP)
-				qp->req.ref_refusals++;
-			requester_rewind(qp, psn);
-			break;
-		}
 		if (syn == AETH_NAK_PSN_SEQ) {
-			dev_count(qp->dev, UC_seq_naks_rx, 1);
+			/* one flagged NET_PKT_REF_NAK: the peer could not read a
+			 * reference of ours at psn, and what it stood for goes
+			 * again as packets (a PSN sent before is never a
+			 * reference again); no loss, so no retry is spent and
+			 * the window is left alone (ref.h) */
+			bool refused = pkt->rx->flags & NET_PKT_REF_NAK;
+			dev_count(qp->dev, refused ? UC_ref_naks_rx : UC_seq_naks_rx, 1);
 			/* after an RNR NAK the responder NAKs the packets that
 			 * followed (rxe does, see rxe-captures/rnr.txt); the RNR
 			 * timer restarts them anyway.  Such a NAK may also come
@@ -172,6 +174,10 @@ static void handle_aeth(struct uroce_qp *qp, struct uroce_pkt *pkt)
 			 * reloads the retry counter (§6.6) */
 			if (psn_cmp(qp->comp.una_psn, old_una) > 0)
 				progress_made(qp, old_una);
+			if (refused) {
+				ref_refused(qp, psn);
+				break;
+			}
 			if (qp->comp.retry_left == 0) {
 				qp_fail_oldest(qp, IBV_WC_RETRY_EXC_ERR);
 				return;
@@ -221,61 +227,6 @@ static void handle_atomic_write_response(struct uroce_qp *qp, struct uroce_send_
 	qp_complete_send(qp, w, IBV_WC_SUCCESS);
 }
 
-/* A READ's answer by reference that cannot be read here: the READ is
- * asked again from psn at once, for packets (a request sent again does
- * not say NET_PKT_REF_OK), spending no retry (ref.h). */
-static void read_ref_unread(struct uroce_qp *qp, uint32_t psn)
-{
-	dev_count(qp->dev, UC_ref_pull_failed, 1);
-	if (qp->req.ref_refusals < REF_GIVE_UP)
-		qp->req.ref_refusals++;
-	requester_rewind(qp, psn);
-}
-
-/* A READ answered by reference (ref.h): one READ_RESPONSE_ONLY at the PSN
- * of a request this QP asked with NET_PKT_REF_OK (requester.c), standing
- * for all its responses; the bytes are pulled from the responder into the
- * WQE's memory, whose lkeys are checked now as for data. */
-static void read_ref_response(struct uroce_qp *qp, struct uroce_send_wqe *w, struct uroce_pkt *pkt, uint32_t idx)
-{
-	uint32_t end = ref_read_end(qp->pmtu, w->npkts, idx);
-	uint32_t off = idx * qp->pmtu;
-	uint32_t want = (end == w->npkts ? w->length : end * qp->pmtu) - off;
-	struct uroce_seg seg[UROCE_MAX_SGE];
-	uint32_t nseg;
-	pid_t self, peer = ref_peer(qp, &self);
-
-	if (!w->ref_asked || (pkt->mask & OPF_ONLY) != OPF_ONLY || pkt->paylen != want) {
-		qp_fail_oldest(qp, IBV_WC_BAD_RESP_ERR);  /* as a malformed response */
-		return;
-	}
-	if (!peer || pkt->ref->pid != peer) {
-		/* only the peer's own bytes are read (ref.h, ref_peer) */
-		read_ref_unread(qp, psn_add(w->first_psn, idx));
-		return;
-	}
-	enum uroce_mem_verdict mv = mem_sge_resolve(qp->dev, qp->pd, w->sge, w->nsge < UROCE_MAX_SGE ? w->nsge : UROCE_MAX_SGE,
-						    off, want, IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
-	if (mv != MEM_OK) {
-		qp_fail_oldest(qp, mem_verdict_local_status(mv));
-		return;
-	}
-	if (!ref_pull(pkt->ref, seg, nseg)) {
-		read_ref_unread(qp, psn_add(w->first_psn, idx));
-		return;
-	}
-	dev_count(qp->dev, UC_ref_rx, 1);
-	dev_count(qp->dev, UC_ref_bytes_rx, want);
-	w->resp_bytes += want;
-	uint32_t old_una = qp->comp.una_psn;
-	qp->comp.una_psn = psn_add(w->first_psn, end);
-	progress_made(qp, old_una);
-	if (qp->req.rd_atomic_out)
-		qp->req.rd_atomic_out--;
-	if (end == w->npkts)
-		qp_complete_send(qp, w, IBV_WC_SUCCESS);
-}
-
 static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	uint32_t psn = pkt->psn;
@@ -316,38 +267,61 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		dev_count(qp->dev, UC_dup_responses, 1);
 		return;
 	}
-	uint32_t off = idx * qp->pmtu;
+	/* The packets this response stands for, [idx, end): one, or for an
+	 * answer by reference (ref.h) a READ_RESPONSE_ONLY standing for all
+	 * those of a request this QP asked with NET_PKT_REF_OK. */
+	uint32_t end = idx + 1;
 	if (pkt->ref) {
-		read_ref_response(qp, w, pkt, idx);
-		return;
-	}
-	/* a READ asked by reference and answered by packets: the peer will not
-	 * answer so (its probe of us failed), and an answer of up to
-	 * REF_SPAN_BYTES of packets at once overruns the window: ask in chunks */
-	if (w->ref_asked)
+		end = ref_read_end(qp->pmtu, w->npkts, idx);
+		if (!w->ref_asked || (pkt->mask & OPF_ONLY) != OPF_ONLY)
+			end = 0;  /* an answer by reference to no such request: malformed */
+	} else if (w->ref_asked) {
+		/* asked by reference and answered by packets: the peer will not
+		 * answer so (its probe of us failed), and an answer of up to
+		 * REF_SPAN_BYTES of packets at once overruns the window: the
+		 * QP asks its READs in chunks from now on */
 		qp->req.no_ref_reads = true;
-	uint32_t want = (idx == w->npkts - 1) ? w->length - off : qp->pmtu;
-	if (pkt->paylen != want) {
+	}
+	uint32_t off = idx * qp->pmtu;
+	uint32_t want = (end == w->npkts ? w->length : end * qp->pmtu) - off;
+	if (!end || pkt->paylen != want) {
 		/* a malformed response: the responder misbehaves */
 		qp_fail_oldest(qp, IBV_WC_BAD_RESP_ERR);
+		return;
+	}
+	if (pkt->ref && !ref_from_peer(qp, pkt->ref)) {
+		dev_count(qp->dev, UC_ref_pull_failed, 1);
+		ref_refused(qp, psn);
 		return;
 	}
 	/* the READ's local memory is checked as the data lands (mem.h): a
 	 * failed lkey, or an MR deregistered since posting, completes the WQE
 	 * LOC_PROT_ERR and the QP enters ERR (rxe's completer, mlx5) */
-	enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp->pd, w->sge, w->nsge, off, pkt->payload, pkt->paylen);
+	struct uroce_seg seg[UROCE_MAX_SGE];
+	uint32_t nseg;
+	enum uroce_mem_verdict mv = mem_sge_resolve(qp->dev, qp->pd, w->sge, w->nsge < UROCE_MAX_SGE ? w->nsge : UROCE_MAX_SGE,
+						    off, want, IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
 	if (mv != MEM_OK) {
 		qp_fail_oldest(qp, mem_verdict_local_status(mv));
 		return;
 	}
-	w->resp_bytes += pkt->paylen;
+	if (!pkt_place(pkt, seg, nseg)) {
+		dev_count(qp->dev, UC_ref_pull_failed, 1);
+		ref_refused(qp, psn);
+		return;
+	}
+	if (pkt->ref) {
+		dev_count(qp->dev, UC_ref_rx, 1);
+		dev_count(qp->dev, UC_ref_bytes_rx, want);
+	}
+	w->resp_bytes += want;
 	uint32_t old_una = qp->comp.una_psn;
-	qp->comp.una_psn = psn_add(psn, 1);
+	qp->comp.una_psn = psn_add(w->first_psn, end);
 	progress_made(qp, old_una);
 	/* end of a chunk request (§6.3: one READ request per chunk) */
 	if ((pkt->mask & OPF_LAST) && qp->req.rd_atomic_out)
 		qp->req.rd_atomic_out--;
-	if (idx == w->npkts - 1)
+	if (end == w->npkts)
 		qp_complete_send(qp, w, IBV_WC_SUCCESS);
 }
 

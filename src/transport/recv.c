@@ -84,7 +84,6 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	pkt.payload = bth + oi->hdr_len;
 	pkt.paylen = paylen;
 	pkt.ref = NULL;
-	pkt.flags = rx->flags;
 	struct ref_src ref;
 	if (rx->flags & NET_PKT_REF) {
 		/* a ring's reference to the sender's memory, in place of the

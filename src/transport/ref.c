@@ -2,6 +2,7 @@
 #include "ref.h"
 #include <string.h>
 #include "transport.h"
+#include "../core/place.h"
 #include "../util/limits.h"
 
 _Static_assert(REF_SPAN_BYTES <= UROCE_MAX_MSG, "a span is part of one message");
@@ -80,6 +81,20 @@ bool ref_pull(const struct ref_src *src, const struct uroce_seg *dst, uint32_t n
 	if (process_vm_readv(src->pid, local, k, src->seg, src->nseg, 0) != (ssize_t)src->len)
 		return false;
 	__atomic_store_n(last, byte, __ATOMIC_RELEASE);
+	return true;
+}
+
+bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref)
+{
+	pid_t self, peer = ref_peer(qp, &self);
+	return peer && ref->pid == peer;
+}
+
+bool pkt_place(const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg)
+{
+	if (pkt->ref)
+		return ref_pull(pkt->ref, seg, nseg);
+	place_segs(seg, nseg, pkt->payload);  /* the last byte last (core/place.h) */
 	return true;
 }
 

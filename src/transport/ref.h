@@ -126,5 +126,14 @@ struct uroce_qp;
  * received for the QP must name exactly that pid: a peer may name only
  * itself, never a process we can read and it cannot. */
 pid_t ref_peer(const struct uroce_qp *qp, pid_t *self);
+/* Does a reference received for qp name that peer? */
+bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref);
+
+struct uroce_pkt;
+/* Places a received packet's payload into seg (resolved and checked by the
+ * caller, exactly pkt->paylen bytes), the last byte last: copied from the
+ * packet, or pulled from the peer when the packet is a reference.  False:
+ * a reference whose bytes could not be read. */
+bool pkt_place(const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg);
 
 #endif

@@ -39,6 +39,21 @@ static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
 	return w < READ_CHUNK_PKTS ? w : READ_CHUNK_PKTS;
 }
 
+/* The pid a reference to w's bytes names (ref.h), or 0 for none: only an
+ * RC SEND, WRITE or READ of UROCE_SHM_DIRECT_MIN bytes or more, not
+ * inline, on a flow that carries references.  Found once, when the WQE
+ * starts: a flow's backend is its for life. */
+static pid_t wqe_ref_self(struct uroce_qp *qp, const struct uroce_send_wqe *w)
+{
+	unsigned kind = wr_info(w->opcode)->kind;
+	pid_t self;
+
+	if (w->length < qp->dev->cfg.shm_direct_min || w->inline_data ||
+	    (kind != WRK_SEND && kind != WRK_WRITE && kind != WRK_READ))
+		return 0;
+	return ref_peer(qp, &self) ? self : 0;
+}
+
 static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 {
 	w->npkts = (wqe_is_atomic(w)) ? 1 : (w->length + qp->pmtu - 1) / qp->pmtu;
@@ -53,7 +68,7 @@ static void wqe_start(struct uroce_qp *qp, struct uroce_send_wqe *w)
 	w->next_pkt = 0;
 	w->resp_bytes = 0;
 	w->ref_asked = false;
-	w->no_span = false;
+	w->ref_self = wqe_ref_self(qp, w);
 	w->started = true;
 }
 
@@ -105,19 +120,15 @@ static void set_message_headers(const struct uroce_send_wqe *w, uint8_t *h, uint
 		ieth_set(h + oi->off_ieth, w->imm_data);
 }
 
-/* The pid the packet of `w` at psn may name in a reference (ref.h), or 0:
- * only an RC SEND, WRITE or READ of UROCE_SHM_DIRECT_MIN bytes or more, at
- * a PSN never sent before, on a flow that carries references. */
-static pid_t ref_pid(struct uroce_qp *qp, const struct uroce_send_wqe *w, uint32_t psn)
+/* The pid the packet of `w` at psn names in a reference, or 0: at a PSN
+ * never sent before, while the peer has not refused REF_GIVE_UP of them,
+ * and (a READ) while it answers READs by reference. */
+static pid_t ref_pid(const struct uroce_qp *qp, const struct uroce_send_wqe *w, uint32_t psn)
 {
-	unsigned kind = wr_info(w->opcode)->kind;
-	pid_t self;
-
-	if (w->length < qp->dev->cfg.shm_direct_min || w->inline_data || qp->req.ref_refusals >= REF_GIVE_UP ||
-	    psn_cmp(psn, qp->req.max_psn) < 0 || (kind != WRK_SEND && kind != WRK_WRITE && kind != WRK_READ) ||
-	    (kind == WRK_READ ? qp->req.no_ref_reads : w->no_span))
+	if (!w->ref_self || psn_cmp(psn, qp->req.max_psn) < 0 || qp->req.ref_refusals >= REF_GIVE_UP ||
+	    (qp->req.no_ref_reads && wqe_is_read(w)))
 		return 0;
-	return ref_peer(qp, &self) ? self : 0;
+	return w->ref_self;
 }
 
 /* Time one fresh packet per round trip (never a resent one: Karn's rule,
@@ -153,7 +164,7 @@ static int send_span(struct uroce_qp *qp, struct uroce_send_wqe *w, struct tx_ba
 	if (!wqe_local_segs(qp, w, off, len, seg, &nseg))
 		return -1;
 	if (!nseg || nseg > REF_MAX_SEGS) {
-		w->no_span = true;  /* not resolved again for each of its packets */
+		w->ref_self = 0;  /* not resolved again for each of its packets */
 		return 0;
 	}
 	uint8_t op = (uint8_t)((first && last ? info->only : first ? info->first : last ? info->last : info->middle) |

@@ -157,20 +157,13 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	 * an lkey that fails -- a bad one, or an MR deregistered or
 	 * re-registered since posting -- completes the receive in error and
 	 * NAKs the requester, both as mem.h's table says; nothing is placed */
-	enum uroce_mem_verdict mv;
-	if (pkt->ref) {
-		/* a reference: the same check, then the bytes from the peer */
-		struct uroce_seg seg[UROCE_MAX_SGE];
-		uint32_t nseg, nsge = qp->resp.cur_recv.nsge;
-		mv = mem_sge_resolve(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge,
-				     nsge < UROCE_MAX_SGE ? nsge : UROCE_MAX_SGE, qp->resp.recv_off, pkt->paylen,
-				     IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
-		if (mv == MEM_OK && !ref_pull(pkt->ref, seg, nseg))
-			return RV_UNREAD;
-	} else {
-		mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge, qp->resp.cur_recv.nsge,
-				     qp->resp.recv_off, pkt->payload, pkt->paylen);
-	}
+	struct uroce_seg seg[UROCE_MAX_SGE];
+	uint32_t nseg, nsge = qp->resp.cur_recv.nsge;
+	enum uroce_mem_verdict mv = mem_sge_resolve(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge,
+						    nsge < UROCE_MAX_SGE ? nsge : UROCE_MAX_SGE, qp->resp.recv_off,
+						    pkt->paylen, IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
+	if (mv == MEM_OK && !pkt_place(pkt, seg, nseg))
+		return RV_UNREAD;
 	if (mv != MEM_OK) {
 		LOG_DBG("uroce: qp 0x%x receive WQE 0x%llx: SGE fails (%s)", qp->qpn,
 			(unsigned long long)qp->resp.cur_recv.wr_id, mem_verdict_name(mv));
@@ -212,11 +205,10 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		    (mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, qp->resp.write_left,
 				    IBV_ACCESS_REMOTE_WRITE | MEM_CHECK_NO_PROBE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
-		qp_set_in_write(qp, true);
 		qp->resp.recv_off = 0;
 	}
-	if (!qp->resp.in_write)
-		return RV_INV_REQ;
+	/* (a MIDDLE or LAST with no WRITE under way was refused by
+	 * responder_rx's opcode sequence check) */
 	if (pkt->paylen > qp->resp.write_left || ((pkt->mask & OPF_LAST) && pkt->paylen != qp->resp.write_left))
 		return RV_INV_REQ; /* more or fewer bytes than the RETH said (§7) */
 	/* a WRITE with immediate needs a receive WQE: check before placing */
@@ -230,19 +222,20 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if ((mv = rkey_check_remote(qp, resp_pd(qp), qp->resp.write_rkey, qp->resp.write_va, pkt->paylen,
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
-		if (pkt->ref) {
-			struct uroce_seg seg = { mr_host(mr, qp->resp.write_va), pkt->paylen };
-			if (!ref_pull(pkt->ref, &seg, 1))
-				return RV_UNREAD;
-		} else {
-			place_bytes(mr_host(mr, qp->resp.write_va), pkt->payload, pkt->paylen);  /* core/place.h */
-		}
+		struct uroce_seg seg = { mr_host(mr, qp->resp.write_va), pkt->paylen };
+		if (!pkt_place(pkt, &seg, 1))
+			return RV_UNREAD;
 	}
 	qp->resp.write_va += pkt->paylen;
 	qp->resp.write_left -= pkt->paylen;
 	qp->resp.recv_off += pkt->paylen;
+	/* A WRITE is under way once a packet of it is taken, not before: a
+	 * FIRST refused without error (an ONLY with immediate finding no
+	 * receive WQE: RNR NAK; a reference not read) leaves none, so the
+	 * WRITE sent again from its start is not met as one "under way" and
+	 * NAKed as an invalid request (as do_send's in_send) */
+	qp_set_in_write(qp, !(pkt->mask & OPF_LAST));
 	if (pkt->mask & OPF_LAST) {
-		qp_set_in_write(qp, false);
 		msn_next(qp);
 		if (pkt->mask & OPF_IMMDT)
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->resp.recv_off, pkt, bth_se(pkt->bth));
@@ -259,24 +252,29 @@ static struct uroce_rd_res *res_alloc(struct uroce_qp *qp)
 	return r;
 }
 
-/* Send READ response packets [from_psn .. last] of resource r. */
-static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *r, uint32_t from_psn)
+/* Send READ response packets [from_psn .. last] of resource r.  A requester
+ * that takes an answer by reference (by_ref: NET_PKT_REF_OK) gets, on a flow
+ * that carries them, one READ_RESPONSE_ONLY standing for them all, whose
+ * payload names the bytes in this process's memory (ref.h). */
+static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *r, uint32_t from_psn, bool by_ref)
 {
 	TXB_ON_STACK(b, UROCE_TX_BATCH);
 	struct uroce_mr *mr = NULL;
 	uint32_t n = r->last_psn == r->first_psn ? 1 : (uint32_t)psn_cmp(r->last_psn, r->first_psn) + 1;
 	uint32_t i0 = (uint32_t)psn_cmp(from_psn, r->first_psn);
+	pid_t self;
 
 	if (r->length && rkey_check_remote(qp, resp_pd(qp), r->rkey, r->va, r->length, IBV_ACCESS_REMOTE_READ, &mr) != MEM_OK)
 		return; /* the region went away since: let the requester time out */
 	struct uroce_seg seg = { mr ? mr_host(mr, r->va) : NULL, r->length };
+	bool ref = by_ref && r->length && !i0 && r->length <= REF_SPAN_BYTES && ref_peer(qp, &self);
 	ack_flush_owed(qp);
 	txb_init(&b, qp);
 	for (uint32_t i = i0; i < n; i++) {
 		uint8_t *h = txb_hdr(&b);
 		uint8_t op;
 		/* a replay starting mid-message continues with MIDDLE/LAST (§6.4) */
-		if (n == 1)
+		if (n == 1 || ref)
 			op = OP_RC_READ_RESP_ONLY;
 		else if (i == 0)
 			op = OP_RC_READ_RESP_FIRST;
@@ -293,43 +291,15 @@ static void send_read_responses(struct uroce_qp *qp, const struct uroce_rd_res *
 			aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->resp.msn);
 			hl += AETH_LEN;
 		}
+		if (ref) {
+			txb_add_flags(&b, hl + ref_put(h + hl, self, &seg, 1), NULL, 0, 0, 0, NET_PKT_REF);
+			dev_count(qp->dev, UC_ref_tx, 1);
+			dev_count(qp->dev, UC_ref_bytes_tx, r->length);
+			break;
+		}
 		txb_add(&b, hl, &seg, 1, off, len);
 	}
 	txb_flush(&b);
-}
-
-/* May this process read the bytes a reference received for qp names?  Only
- * its peer's own: the pid this process's probe found behind the QP's flow
- * (ref.h, ref_peer), with references on here. */
-static bool ref_named_peer(const struct uroce_qp *qp, const struct ref_src *ref)
-{
-	pid_t self, peer = ref_peer(qp, &self);
-	return peer && ref->pid == peer;
-}
-
-/* The answer to a READ whose requester takes one by reference (ref.h): a
- * READ_RESPONSE_ONLY at the request's PSN standing for all its responses,
- * whose payload names the bytes in this process's memory.  False when this
- * QP's flow carries no references (then the packets go). */
-static bool send_read_ref(struct uroce_qp *qp, const struct uroce_rd_res *r, struct uroce_mr *mr)
-{
-	pid_t pid;
-	struct uroce_seg seg = { mr_host(mr, r->va), r->length };
-	TXB_ON_STACK(b, 1);
-
-	if (!ref_peer(qp, &pid) || r->length > REF_SPAN_BYTES)
-		return false;
-	ack_flush_owed(qp);
-	txb_init(&b, qp);
-	uint8_t *h = txb_hdr(&b);
-	bth_set(h, OP_RC_READ_RESP_ONLY, 0, 0, qp->attr.dest_qp_num, 0, r->first_psn);
-	aeth_set(h + BTH_LEN, AETH_ACK_UNLIMITED, qp->resp.msn);
-	uint32_t rl = ref_put(h + BTH_LEN + AETH_LEN, pid, &seg, 1);
-	txb_add_flags(&b, BTH_LEN + AETH_LEN + rl, NULL, 0, 0, 0, NET_PKT_REF);
-	txb_flush(&b);
-	dev_count(qp->dev, UC_ref_tx, 1);
-	dev_count(qp->dev, UC_ref_bytes_tx, r->length);
-	return true;
 }
 
 static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uint32_t *npsn)
@@ -354,8 +324,7 @@ static enum resp_verdict do_read(struct uroce_qp *qp, struct uroce_pkt *pkt, uin
 	r->rkey = rkey;
 	r->length = len;
 	msn_next(qp); /* +1 when a READ is accepted (§5.4) */
-	if (!((pkt->flags & NET_PKT_REF_OK) && len && send_read_ref(qp, r, mr)))
-		send_read_responses(qp, r, r->first_psn);
+	send_read_responses(qp, r, r->first_psn, pkt->rx->flags & NET_PKT_REF_OK);
 	*npsn = n;
 	return RV_OK;
 }
@@ -445,7 +414,7 @@ static enum resp_verdict do_atomic_write(struct uroce_qp *qp, struct uroce_pkt *
 	r->atomic_write = true;
 	r->first_psn = r->last_psn = pkt->psn;
 	msn_next(qp);
-	send_read_responses(qp, r, pkt->psn);  /* length 0: one empty READ_RESPONSE_ONLY */
+	send_read_responses(qp, r, pkt->psn, false);  /* length 0: one empty READ_RESPONSE_ONLY */
 	return RV_OK;
 }
 
@@ -470,7 +439,7 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		if (pkt->mask & OPF_ATOMIC_WRITE) {
 			/* answered again, not written again */
 			if (r->atomic_write && r->first_psn == pkt->psn)
-				send_read_responses(qp, r, pkt->psn);
+				send_read_responses(qp, r, pkt->psn, false);
 			return;
 		}
 		if (r->atomic || r->atomic_write)
@@ -481,7 +450,7 @@ static void handle_duplicate(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		uint64_t off = (uint64_t)k * qp->pmtu;
 		if (reth_rkey(reth) != r->rkey || reth_va(reth) != r->va + off || off + reth_len(reth) > r->length)
 			return;
-		send_read_responses(qp, r, pkt->psn);
+		send_read_responses(qp, r, pkt->psn, false);
 		return;
 	}
 }
@@ -554,7 +523,6 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	/* opcode sequence: a message in progress continues, otherwise a new
 	 * one starts (IBA 9.8.3.1; rxe check_op_seq) */
 	bool starts = pkt->mask & OPF_FIRST;
-	bool was_in_write = qp->resp.in_write;
 	if (!xrc_ok)
 		v = RV_ACCESS;  /* no XRC SRQ of this domain by that number, or another than the message's: xrc_pick_srq */
 	else if ((qp->resp.in_send && (!(pkt->mask & OPF_SEND) || starts)) ||
@@ -563,7 +531,7 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		v = RV_INV_REQ;
 	else if (!(pkt->mask & (OPF_READ | OPF_ATOMIC | OPF_ATOMIC_WRITE)) && !length_ok(qp, pkt, &consumed))
 		v = RV_INV_REQ;
-	else if (pkt->ref && !ref_named_peer(qp, pkt->ref))
+	else if (pkt->ref && !ref_from_peer(qp, pkt->ref))
 		v = RV_UNREAD;
 	else if (pkt->mask & OPF_SEND)
 		v = do_send(qp, pkt);
@@ -578,15 +546,6 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	else
 		v = RV_INV_REQ;
 
-	/* A verdict that executes nothing and leaves the QP up (an RNR NAK, a
-	 * reference not read) leaves no message under way that was not before:
-	 * do_write marks one at a FIRST (or ONLY) before its receive WQE or its
-	 * pull may fail, and the message sent again from that FIRST would meet
-	 * a message "under way" and be NAKed as an invalid request, the QP to
-	 * ERR.  do_send marks one only once placed, and a receive WQE it took
-	 * waits in cur_recv for the packets sent again. */
-	if (v == RV_RNR || v == RV_UNREAD)
-		qp_set_in_write(qp, was_in_write);
 	if (v == RV_UNREAD) {
 		/* nothing of it counts: the requester goes back to its PSN at
 		 * once and sends it again as packets, and the NAK says so

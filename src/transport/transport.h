@@ -31,7 +31,6 @@ struct uroce_pkt {
 	/* A same-host peer's reference (ref.h): paylen is then the bytes it
 	 * stands for, which are in the peer's memory, and payload is NULL. */
 	const struct ref_src *ref;
-	uint8_t flags;         /* NET_PKT_* its backend reported */
 };
 
 struct tx_batch;
