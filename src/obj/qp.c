@@ -100,7 +100,6 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr
 	qp->type = in.qp_type;
 	responder_reset(qp);
 	ack_reset(qp);
-	qp->cc.max = dev->cfg.window;
 	qp->sq_sig_all = in.sq_sig_all;
 	qp->cap = in.cap;
 	if (qp->cap.max_send_sge == 0)
@@ -133,6 +132,7 @@ static struct ibv_qp *create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.path_mtu = dev->cfg.active_mtu;
 	qp->pmtu = 128u << dev->cfg.active_mtu;
+	qp->cc.max = cc_window_max(dev->cfg.window, qp->pmtu);
 
 	struct ibv_qp *q = &qp->ibv.qp_base;
 	q->context = ctx;
@@ -543,7 +543,7 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 		case IBV_QPS_RTS:
 			if (cur == IBV_QPS_RTR) {
 				qp->req.snd_psn = qp->comp.una_psn = qp->req.max_psn = qp->attr.sq_psn;
-				cc_init(&qp->cc, dev->cfg.window);
+				cc_init(&qp->cc, cc_window_max(dev->cfg.window, qp->pmtu));
 			}
 			qp->comp.retry_left = qp->attr.retry_cnt;
 			qp->comp.rnr_left = qp->attr.rnr_retry;

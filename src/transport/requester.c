@@ -35,7 +35,7 @@ static bool wqe_is_rd_atomic(const struct uroce_send_wqe *w) { return wr_info(w-
 
 static uint32_t read_chunk_pkts(const struct uroce_qp *qp)
 {
-	uint32_t w = qp->dev->cfg.window;
+	uint32_t w = qp->cc.max;
 	return w < READ_CHUNK_PKTS ? w : READ_CHUNK_PKTS;
 }
 

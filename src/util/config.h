@@ -17,7 +17,7 @@ struct uroce_config {
 	enum ibv_mtu active_mtu; /* UROCE_MTU, else from the interface MTU (rxe's rule) */
 	char mtu_from[48];       /* where active_mtu came from, for `uroce info` */
 	char pcap_path[256];     /* UROCE_PCAP */
-	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP */
+	unsigned window;         /* UROCE_WINDOW: max unacknowledged packets per QP; 0: by bytes (cc_window_max) */
 	/* UROCE_FAULT_DROP_TX / _RX: "N" drops every N-th packet sent/received;
 	 * "P%" drops P percent at random from the seed UROCE_FAULT_SEED */
 	unsigned fault_drop_tx, fault_drop_rx;

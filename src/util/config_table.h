@@ -43,9 +43,11 @@
 	X(UROCE_PCAP, pcap_path, path, 0, 0, 0, "off", \
 	  "write every packet sent and received to this pcap (Wireshark/tshark decode it as RoCEv2); " \
 	  "`%p` in the name becomes the PID") \
-	/* 128: rxe's limit of unacknowledged PSNs */ \
-	X(UROCE_WINDOW, window, uint, 1, 4096, 128, "128", \
-	  "most unacknowledged packets per QP (and READ response chunk)") \
+	/* 0: the bandwidth-delay product in bytes decides (cc.h cc_window_max) */ \
+	X(UROCE_WINDOW, window, uint, 0, 4096, 0, \
+	  "as many packets as 512 KiB at the QP's path MTU (128 at 4096, 512 at 1024)", \
+	  "most unacknowledged packets per RC QP (and READ response chunk), 1..4096; `0` or unset: " \
+	  "the default, which keeps the same bytes in flight whatever the path MTU") \
 	/* 10 ms: a 1 ms floor woke the engine often enough to cost latency on \
 	 * a small machine; 10 ms still recovers a lost tail well before the \
 	 * usual 67 ms ACK timeout */ \

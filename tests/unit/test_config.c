@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "util/config.h"
 #include "util/config_table.h"
+#include "cc/cc.h"
 
 static int failures, checks;
 #define CHECK(cond, name) do { checks++; if (!(cond)) { failures++; printf("not ok: %s\n", name); } } while (0)
@@ -74,15 +75,19 @@ int main(void)
 #define X(name, field, kind, a, b, def, shown, help) SHOWN_##kind(#name " default", field, a, b, shown)
 	UROCE_CONFIG_TABLE(X)
 #undef X
-	CHECK(cfg.window == 128 && cfg.spin_us == 50 && cfg.rto_min_us == 10000 && cfg.ack_defer_us == 20 &&
+	CHECK(cfg.window == 0 && cfg.spin_us == 50 && cfg.rto_min_us == 10000 && cfg.ack_defer_us == 20 &&
 	      cfg.poll_grace_us == 3000 && cfg.poll_spin_us == 200 && cfg.fault_seed == 1 && cfg.log_level == 0, "numeric defaults");
 	CHECK(cfg.shm && cfg.engine_rt && cfg.poll_progress && !cfg.no_gso && !cfg.stats_at_exit &&
 	      !cfg.handoff_defer, "flag defaults");
 
-	load1("UROCE_WINDOW", "0");       CHECK(cfg.window == 1, "window clamped to 1");
+	load1("UROCE_WINDOW", "0");       CHECK(cfg.window == 0, "window 0: by bytes");
 	load1("UROCE_WINDOW", "99999");   CHECK(cfg.window == 4096, "window clamped to 4096");
 	load1("UROCE_WINDOW", "0x10");    CHECK(cfg.window == 16, "window in hex");
-	load1("UROCE_WINDOW", "");        CHECK(cfg.window == 128, "empty window is the default");
+	load1("UROCE_WINDOW", "");        CHECK(cfg.window == 0, "empty window is the default");
+	/* the default keeps 512 KiB in flight at any path MTU (cc.h) */
+	CHECK(cc_window_max(0, 4096) == 128 && cc_window_max(0, 1024) == 512 && cc_window_max(0, 256) == 2048,
+	      "default window: 512 KiB of packets");
+	CHECK(cc_window_max(16, 1024) == 16 && cc_window_max(4096, 4096) == 4096, "UROCE_WINDOW overrides it");
 	load1("UROCE_SPIN_US", "0");      CHECK(cfg.spin_us == 0, "spin 0");
 	load1("UROCE_RTO_MIN_US", "0");   CHECK(cfg.rto_min_us == 0, "rto floor off");
 
