@@ -36,6 +36,11 @@ static void aimd_on_loss(struct uroce_cc *cc, bool timeout)
 	uint32_t w = cc_window(cc);
 	cc->ssthresh = w / 2 > AIMD_MIN_WINDOW ? w / 2 : AIMD_MIN_WINDOW;
 	cc->cwnd = timeout ? AIMD_MIN_WINDOW : cc->ssthresh;
+	/* never above UROCE_WINDOW, even one set below the floor */
+	if (cc->ssthresh > cc->max)
+		cc->ssthresh = cc->max;
+	if (cc->cwnd > cc->max)
+		cc->cwnd = cc->max;
 	cc->acc = 0;
 }
 

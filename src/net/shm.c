@@ -74,7 +74,7 @@
 					 * 4: records carry NET_PKT_* flags, the owner a probe (shm_tx_ref_peer) */
 #define SHM_RINGS 32
 #define SHM_UNIT 64
-#define SHM_UNITS 32768          /* 2 MiB: a QP's window (128 packets of 4 KiB) and READ responses */
+#define SHM_UNITS 32768          /* 2 MiB: a QP's window (512 KiB of packets, cc.h; 0.5-0.65 MiB of units at any path MTU) and READ responses */
 #define SHM_PKT_MAX 4288         /* the largest packet at MTU 4096 with its headers */
 #define SHM_RX_BATCH 64          /* packets copied out per region and poll */
 

@@ -2,6 +2,7 @@
  * ISA-L's PCLMUL CRC-32 (crc32_gzip_refl: zlib's CRC-32, finalised form). */
 #include "icrc.h"
 #include <string.h>
+#include <immintrin.h>
 #include <isa-l/crc.h>
 #include <zlib.h>
 
@@ -10,13 +11,18 @@
  * every legacy-SSE instruction after it (glibc's, the compiler's own xmm
  * moves) then pays the AVX-SSE transition.  Clearing them after each call
  * took ib_write_bw 1 MiB between two namespaces at MTU 1500 from
- * 1.9-2.0 GB/s to 2.8-3.0 GB/s (docs/architecture.md "Where a packet's
+ * 1.9-2.0 GB/s to 2.7-3.0 GB/s (docs/architecture.md "Where a packet's
  * time goes").  Only a CPU with AVX has the instruction, or the state. */
+__attribute__((target("avx"))) static void zero_upper(void)
+{
+	_mm256_zeroupper();
+}
+
 static uint32_t crc32_clean(uint32_t seed, const uint8_t *b, uint64_t n)
 {
 	uint32_t c = crc32_gzip_refl(seed, b, n);
 	if (__builtin_cpu_supports("avx"))
-		__asm__ volatile("vzeroupper" ::: "memory");
+		zero_upper();
 	return c;
 }
 

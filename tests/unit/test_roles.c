@@ -3581,7 +3581,7 @@ int main(void)
 		{ "requester: WRITE carries its RETH on the FIRST only", test_req_write },
 		{ "requester: WRITE cut at the QP's path MTU 256", test_req_write_mtu256 },
 		{ "requester: READ request with RETH, PSNs per response", test_req_read },
-		{ "requester: 128 packets unacknowledged at most", test_req_window },
+		{ "requester: at most the window (512 KiB of packets) unacknowledged", test_req_window },
 		{ "references: a large WRITE leaves as one span by reference", test_ref_req_write },
 		{ "references: the responder pulls a span, NAKs one it cannot read", test_ref_resp_write },
 		{ "references: a READ by reference holds a later WRITE until pulled", test_ref_read_fence },
