@@ -96,6 +96,25 @@ CMTIME_STEPS = ["create id", "resolve addr", "resolve route", "create qp", "conn
 TCP_CONNECT_STEPS = ["connect", "close"]
 FIO_CASES = [("fio_rdma_read_qd1", 1), ("fio_rdma_read_qd32", 32), ("fio_tcp_pingpong_qd1", 1)]
 
+# "between two network namespaces" (issue #17's bench rows, as root): a veth
+# pair at each MTU stands in for two hosts; uroce's perftest runs with
+# UROCE_ADDR on each side (the UDP path: no rings cross a namespace) beside
+# qperf TCP, the bench's UDP stream and ping-pongs between the same two
+# namespaces.  Bandwidth runs are perftest's duration mode (-D NS_BW_SECS,
+# measured within -f 1 s margins); CPU per GB is sampled from both
+# processes' schedstat while the traffic runs.
+NS_MTUS = [1500, 9000]
+NS_SIZES = [64, 4096, 65536, 1048576]
+NS_SIZES_QUICK = [64, 65536]
+NS_BW = [("write_bw", "ib_write_bw", [], "uroce WRITE (ib_write_bw)"),
+         ("read_bw", "ib_read_bw", [], "uroce READ (ib_read_bw)"),
+         ("send_bw", "ib_send_bw", [], "uroce SEND (ib_send_bw)"),
+         ("write_bw_q8", "ib_write_bw", ["-q", "8"], "uroce WRITE, 8 QPs (ib_write_bw -q 8)"),
+         ("write_bw_2pairs", "ib_write_bw", [], "uroce WRITE, 2 process pairs at once (sum)")]
+NS_LAT = [("send_lat", "ib_send_lat", "uroce SEND (ib_send_lat)"), ("write_lat", "ib_write_lat", "uroce WRITE (ib_write_lat)"),
+          ("read_lat", "ib_read_lat", "uroce READ (ib_read_lat, RTT)")]
+NS_BW_SECS = 3
+
 
 def fmt_size(n):
     if n >= 1 << 20 and n % (1 << 20) == 0:
@@ -198,6 +217,22 @@ def listening_tcp(port):
                     if len(parts) > 3 and parts[1].endswith(hexport) and parts[3] == "0A":
                         return True
         except OSError:
+            pass
+    return False
+
+
+def listening_tcp_in(pid, port):
+    """listening_tcp in the network namespace of process pid."""
+    hexport = ":%04X" % port
+    for name in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (pid, name)) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) > 3 and parts[1].endswith(hexport) and parts[3] == "0A":
+                        return True
+        except (OSError, StopIteration):
             pass
     return False
 
@@ -921,6 +956,254 @@ class Bench:
                 else:
                     self.record(metric, 4096, rep, False, reason="fio not installed")
 
+    # -- between two network namespaces (issue #17) ------------------------
+    def ns_setup(self, mtu):
+        """Two namespaces joined by a veth pair at `mtu`; (nsA, nsB, addrA,
+        addrB), or raises with the failing command's message."""
+        tag = "%d-%d" % (os.getpid() % 100000, mtu)
+        na, nb, va, vb = "urbench-a-" + tag, "urbench-b-" + tag, "urba%d" % mtu, "urbb%d" % mtu
+        net = 30 + NS_MTUS.index(mtu) if mtu in NS_MTUS else 29
+        aa, ab = "198.19.%d.1" % net, "198.19.%d.2" % net
+        # a bench killed before its teardown left its namespaces behind
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        self.ns_teardown(*[n for n in listed if n.startswith("urbench-")])
+        subprocess.run(["ip", "link", "del", va], capture_output=True)
+        for cmd in (["ip", "netns", "add", na], ["ip", "netns", "add", nb],
+                    ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
+                    ["ip", "link", "set", va, "netns", na], ["ip", "link", "set", vb, "netns", nb],
+                    ["ip", "-n", na, "addr", "add", aa + "/24", "dev", va],
+                    ["ip", "-n", nb, "addr", "add", ab + "/24", "dev", vb],
+                    ["ip", "-n", na, "link", "set", va, "mtu", str(mtu), "up"],
+                    ["ip", "-n", nb, "link", "set", vb, "mtu", str(mtu), "up"],
+                    ["ip", "-n", na, "link", "set", "lo", "up"], ["ip", "-n", nb, "link", "set", "lo", "up"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                self.ns_teardown(na, nb)
+                subprocess.run(["ip", "link", "del", va], capture_output=True)
+                raise RuntimeError("%s: %s" % (" ".join(cmd), r.stderr.strip()))
+        return na, nb, aa, ab
+
+    @staticmethod
+    def ns_teardown(*names):
+        for n in names:
+            r = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+    @staticmethod
+    def in_ns(ns, addr, argv):
+        return ["ip", "netns", "exec", ns, "env", "UROCE_ADDR=" + addr] + argv
+
+    def ns_perftest_pairs(self, ns, tool, opts, npairs, tag, timeout):
+        """npairs perftest server/client pairs at once (server in B, client
+        in A, each pair its own TCP port); the CPU of each process sampled
+        over the middle of the run.  Returns (ok, reason, clients' outputs,
+        cpu client s, cpu server s, seconds sampled, cmd)."""
+        na, nb, aa, ab = ns
+        ports = [self.free_port() for _ in range(npairs)]
+        base = lambda port: [self.uroce, "run", "--", tool, "-p", str(port), "-F"] + opts
+        srvs = [Proc(self.in_ns(nb, ab, base(p)), self.logbase("%s_server%d" % (tag, i))) for i, p in enumerate(ports)]
+        cmd = " & ".join(" ".join(self.in_ns(nb, ab, base(p))) for p in ports) + " ; " + \
+            " & ".join(" ".join(self.in_ns(na, aa, base(p) + [ab])) for p in ports)
+        end = time.monotonic() + 15
+        while not all(listening_tcp_in(sv.pid, p) for sv, p in zip(srvs, ports)):
+            if any(sv.poll() for sv in srvs) or time.monotonic() > end:
+                for sv in srvs:
+                    sv.kill()
+                return False, "server not ready: " + srvs[0].tail(), [], 0, 0, 0, cmd
+            time.sleep(0.01)
+        clis = []
+        try:
+            return self._ns_pairs_run(na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd)
+        finally:
+            for pr in clis + srvs:
+                pr.kill()
+
+    def _ns_pairs_run(self, na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd):
+        clis.extend(Proc(self.in_ns(na, aa, base(p) + [ab]), self.logbase("%s_client%d" % (tag, i)))
+                    for i, p in enumerate(ports))
+        # sample inside the measured part of a -D run (after set-up and the
+        # first margin), before its last margin
+        secs = 0
+        c0 = s0 = c1 = s1 = None
+        if "-D" in opts:
+            time.sleep(1.3)
+            c0 = [proc_run_ns(c.pid) for c in clis]
+            s0 = [proc_run_ns(sv.pid) for sv in srvs]
+            t0 = time.monotonic()
+            time.sleep(max(0.2, NS_BW_SECS - 2.0))
+            c1 = [proc_run_ns(c.pid) for c in clis]
+            s1 = [proc_run_ns(sv.pid) for sv in srvs]
+            secs = time.monotonic() - t0
+        ok, reason = True, None
+        for c in clis:
+            if not c.wait(timeout):
+                ok, reason = False, "client hung (killed): " + c.tail()
+        for sv in srvs:
+            if not sv.wait(10):
+                ok, reason = False, reason or "server did not exit: " + sv.tail()
+        for pr in clis + srvs:
+            pr.kill()
+            if ok and pr.rc != 0:
+                ok, reason = False, "rc %s: %s" % (pr.rc, pr.tail())
+
+        def delta(a, b):
+            if a is None or b is None or any(x is None for x in a + b):
+                return None
+            return sum(y - x for x, y in zip(a, b)) / 1e9
+        return ok, reason, [c.out() for c in clis], delta(c0, c1), delta(s0, s1), secs, cmd
+
+    def ns_bw(self, ns, mtu, name, tool, opts, size, rep):
+        metric = "ns%d_%s" % (mtu, name)
+        if self.skip_if_out_of_time(metric, size, rep, need=NS_BW_SECS + 3):
+            return
+        npairs = 2 if name.endswith("2pairs") else 1
+        ok, reason, outs, cpu_c, cpu_s, secs, cmd = self.ns_perftest_pairs(
+            ns, tool, ["-s", str(size), "-D", str(NS_BW_SECS), "-f", "1", "--report_gbits"] + opts, npairs,
+            "%s_%d_%s" % (metric, size, rep), NS_BW_SECS + 30)
+        if not ok:
+            return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
+        rate = 0.0
+        for out in outs:
+            header, f = self.parse_perftest(out, size)
+            if not f:
+                return self.record(metric, size, rep, False, reason="no result line in output", cmd=cmd)
+            rate += f[4] * 1e6
+        # from the message rate: perftest rounds its bandwidth to 0.01 Gb/s
+        # (a 64 B row would read 0.025 GB/s whatever the rate)
+        bps = rate * size
+        gb = bps * secs / 1e9 if secs else None
+        vals = dict(bw_GBps=bps / 1e9, msg_rate=rate, cpu_client_s=cpu_c, cpu_server_s=cpu_s, sampled_s=secs,
+                    cpu_client_s_per_GB=cpu_c / gb if gb and cpu_c is not None else None,
+                    cpu_server_s_per_GB=cpu_s / gb if gb and cpu_s is not None else None)
+        if vals["cpu_client_s_per_GB"] is not None and vals["cpu_server_s_per_GB"] is not None:
+            vals["cpu_s_per_GB"] = vals["cpu_client_s_per_GB"] + vals["cpu_server_s_per_GB"]
+        return self.record(metric, size, rep, True, vals, cmd=cmd)
+
+    def ns_lat(self, ns, mtu, name, tool, rep):
+        metric = "ns%d_%s" % (mtu, name)
+        if self.skip_if_out_of_time(metric, 2, rep):
+            return
+        n = 2000 if self.quick else 20000
+        ok, reason, outs, _, _, _, cmd = self.ns_perftest_pairs(ns, tool, ["-s", "2", "-n", str(n)], 1,
+                                                                "%s_%s" % (metric, rep), 60)
+        if not ok:
+            return self.record(metric, 2, rep, False, reason=reason, cmd=cmd)
+        header, f = self.parse_perftest(outs[0], 2)
+        if not f or len(f) < 8:
+            return self.record(metric, 2, rep, False, reason="no result line in output", cmd=cmd)
+        return self.record(metric, 2, rep, True, dict(lat_median_us=f[4], lat_p99_us=f[7], lat_mean_us=f[5],
+                                                      lat_min_us=f[2], iters=int(f[1])), cmd=cmd)
+
+    def ns_qperf(self, ns, mtu, test, size, rep):
+        """qperf between the namespaces: tcp_bw at `size`, or tcp_lat."""
+        metric = "ns%d_%s" % (mtu, "tcp_bw" if test == "tcp_bw" else "qperf_tcp_lat")
+        if self.skip_if_out_of_time(metric, size, rep):
+            return
+        na, nb, aa, ab = ns
+        port = self.free_port()
+        daemon = Proc(["ip", "netns", "exec", nb, "qperf", "-lp", str(port)], self.logbase("%s_qperfd" % metric))
+        end = time.monotonic() + 10
+        while not listening_tcp_in(daemon.pid, port):
+            if daemon.poll() or time.monotonic() > end:
+                daemon.kill()
+                return self.record(metric, size, rep, False, reason="qperf daemon: " + daemon.tail())
+            time.sleep(0.01)
+        argv = ["ip", "netns", "exec", na, "qperf", "-lp", str(port), "-t", "2", "-m", str(size), "-vvs", ab, test]
+        cli = Proc(argv, self.logbase("%s_%d_%s" % (metric, size, rep)))
+        done = cli.wait(30)
+        daemon.kill()
+        cli.kill()
+        cmd = " ".join(argv)
+        kv = {}
+        for line in cli.out().splitlines():
+            m = re.match(r"\s*(\w+)\s*=\s*([0-9.,]+)\s*(\S*)", line)
+            if m:
+                kv[m.group(1)] = (float(m.group(2).replace(",", "")), m.group(3))
+        if not done or cli.rc != 0:
+            return self.record(metric, size, rep, False, reason="qperf rc %s: %s" % (cli.rc, cli.tail()), cmd=cmd)
+        if test == "tcp_bw":
+            v, unit = kv.get("bw", (None, None))
+            mult = {"GB/sec": 1e9, "MB/sec": 1e6, "KB/sec": 1e3, "bytes/sec": 1}.get(unit)
+            if v is None or mult is None:
+                return self.record(metric, size, rep, False, reason="no bw in qperf output", cmd=cmd)
+            return self.record(metric, size, rep, True, dict(bw_GBps=v * mult / 1e9), cmd=cmd)
+        v, unit = kv.get("latency", (None, None))
+        mult = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}.get(unit)
+        if v is None or mult is None:
+            return self.record(metric, size, rep, False, reason="no latency in qperf output", cmd=cmd)
+        return self.record(metric, size, rep, True, dict(lat_mean_us=v * mult), cmd=cmd)
+
+    def ns_bench_prog(self, ns, mtu, metric, size, rep, stream):
+        """The bench's own TCP/UDP programs between the namespaces: a UDP
+        stream's message rate, or a busy-polling ping-pong."""
+        full = "ns%d_%s" % (mtu, metric)
+        if self.skip_if_out_of_time(full, size, rep):
+            return
+        na, nb, aa, ab = ns
+        udp = metric.startswith("udp")
+        port = self.free_port()
+        srv = ["ip", "netns", "exec", nb, self.pp_bin, "-p", str(port), "--bind", ab] + (["--udp"] if udp else [])
+        extra = ["--stream", "--blocking", "-D", str(self.cfg["stream_s"])] if stream else \
+            ["-n", "1000000", "-w", "100", "-D", str(self.cfg["pp_s"])]
+        cli = ["ip", "netns", "exec", na, self.pp_bin, "-p", str(port)] + (["--udp"] if udp else []) + \
+            ["-s", str(size)] + extra + [ab]
+        ok, reason, s, c = self.run_pair("%s_%d_%s" % (full, size, rep), srv, cli, lambda p: "READY" in p.out(), 40)
+        cmd = " ".join(srv) + " & " + " ".join(cli)
+        if not ok:
+            return self.record(full, size, rep, False, reason=reason, cmd=cmd)
+        if stream:
+            rx = self.parse_result(s.out(), role="recv")
+            if not rx or not rx.get("bytes"):
+                return self.record(full, size, rep, False, reason="receiver got nothing: " + s.tail(), cmd=cmd)
+            return self.record(full, size, rep, True, dict(bw_GBps=rx["bw_GBps"], msg_rate=rx["bw_GBps"] * 1e9 / size,
+                                                           loss_pct=rx.get("loss_pct")), cmd=cmd)
+        kv = self.parse_result(c.out(), mode="pingpong")
+        if not kv or not kv.get("iters"):
+            return self.record(full, size, rep, False, reason="no samples: " + c.tail(), cmd=cmd)
+        return self.record(full, size, rep, True, {k: kv.get(k) for k in ("lat_median_us", "lat_p99_us",
+                                                                          "lat_mean_us", "iters")}, cmd=cmd)
+
+    def namespaces_section(self):
+        if os.geteuid() != 0:
+            for mtu in NS_MTUS:
+                self.record("ns%d_write_bw" % mtu, NS_SIZES[0], 0, False, skipped=True,
+                            reason="skipped: network namespaces need root")
+            return
+        sizes = NS_SIZES_QUICK if self.quick else NS_SIZES
+        self.budget = max(self.budget, self.elapsed() + (200 if self.quick else 900))
+        for mtu in NS_MTUS:
+            try:
+                ns = self.ns_setup(mtu)
+            except (RuntimeError, OSError) as e:
+                self.record("ns%d_write_bw" % mtu, NS_SIZES[0], 0, False, reason="namespaces: %s" % e)
+                continue
+            self.log("between two namespaces, veth MTU %d (%s / %s), %d repetition(s)" % (mtu, ns[2], ns[3],
+                                                                                       self.reps))
+            try:
+                for rep in range(self.reps):
+                    for size in sizes:
+                        for name, tool, opts, _ in NS_BW:
+                            if name.endswith("2pairs") and size != 65536:
+                                continue
+                            self.guard(self.ns_bw, "ns%d_%s" % (mtu, name), size, rep, ns, mtu, name, tool, opts,
+                                       size, rep)
+                        self.guard(self.ns_qperf, "ns%d_tcp_bw" % mtu, size, rep, ns, mtu, "tcp_bw", size, rep)
+                    self.guard(self.ns_bench_prog, "ns%d_udp_stream" % mtu, 64, rep, ns, mtu, "udp_stream", 64, rep,
+                               True)
+                    for name, tool, _ in NS_LAT:
+                        self.guard(self.ns_lat, "ns%d_%s" % (mtu, name), 2, rep, ns, mtu, name, tool, rep)
+                    self.guard(self.ns_qperf, "ns%d_qperf_tcp_lat" % mtu, 2, rep, ns, mtu, "tcp_lat", 2, rep)
+                    for metric in ("tcp_pp_busy", "udp_pp_busy"):
+                        self.guard(self.ns_bench_prog, "ns%d_%s" % (mtu, metric), 2, rep, ns, mtu, metric, 2, rep,
+                                   False)
+            finally:
+                self.ns_teardown(ns[0], ns[1])
+
     # -- idle CPU -------------------------------------------------------
     def idle_cpu(self):
         """CPU used by uroce processes that sit with no traffic: an ib_write_bw
@@ -988,6 +1271,9 @@ class Bench:
         if self.args.connect:
             self.connect_and_fio_section()
             return
+        if self.args.namespaces:
+            self.guard(self.namespaces_section, "namespaces", 0, 0)
+            return
         self.log("idle CPU sample (%.0f s)" % self.cfg["idle_s"])
         self.guard(self.idle_cpu, "idle", 0, 0)
         write_read_lat_sizes = [s for s in self.sizes if s == 2] if self.quick else self.sizes
@@ -1017,6 +1303,7 @@ class Bench:
         # once, not per repetition: its own idle baseline is in it
         self.guard(self.onesided_section, "onesided", 0, 0)
         self.connect_and_fio_section()
+        self.guard(self.namespaces_section, "namespaces", 0, 0)
 
     # -- summary --------------------------------------------------------
     def summarize(self):
@@ -1191,11 +1478,81 @@ def connect_tables(b):
     return [(t1, hdr, rows), (t2, hdr2, rows2)]
 
 
+def ns_tables(b):
+    """Between two namespaces: per MTU, bandwidth beside qperf TCP (and the
+    64 B message rate beside the bare UDP stream's), then the latencies
+    beside the busy UDP ping-pong (ib_read_lat, a round trip, beside twice
+    its one-way time)."""
+    out = []
+    sizes = NS_SIZES_QUICK if b.quick else NS_SIZES
+    for mtu in NS_MTUS:
+        if not any(m.startswith("ns%d_" % mtu) for m in b.summary):
+            continue
+        pre = "ns%d_" % mtu
+        hdr = ["size", "transport", "GB/s", "xTCP", "msg/s", "x bare UDP msg/s", "CPU s/GB client", "CPU s/GB server",
+               "n", "note"]
+        rows = []
+        for s in sizes:
+            tcp = b.get(pre + "tcp_bw", s, "bw_GBps")
+            udp_rate = b.get(pre + "udp_stream", s, "msg_rate")
+            for name, _, _, label in NS_BW:
+                m = pre + name
+                d = b.summary.get(m, {}).get(str(s))
+                if not d:
+                    continue
+                bw, rate = b.get(m, s, "bw_GBps"), b.get(m, s, "msg_rate")
+                rows.append([fmt_size(s), label, num(bw), rtxt(ratio(bw, tcp)), num(rate), rtxt(ratio(rate, udp_rate)),
+                             num(b.get(m, s, "cpu_client_s_per_GB")), num(b.get(m, s, "cpu_server_s_per_GB")),
+                             str(d["n_ok"]), b.status(m, s)])
+            for m, label in ((pre + "tcp_bw", "TCP (qperf tcp_bw)"), (pre + "udp_stream", "UDP stream (bench, blocking)")):
+                d = b.summary.get(m, {}).get(str(s))
+                if d:
+                    rows.append([fmt_size(s), label, num(b.get(m, s, "bw_GBps")), "", num(b.get(m, s, "msg_rate")), "",
+                                 "", "", str(d["n_ok"]), b.status(m, s)])
+            rows.append(None)
+        out.append(("Between two network namespaces over a veth pair, MTU %d (uroce's path MTU %d; the UDP path, "
+                    "UROCE_ADDR on each side): bandwidth (perftest -D %d, measured within 1 s margins) beside qperf "
+                    "tcp_bw, and the message rate beside the bench's UDP stream of the same size, same run; CPU s/GB "
+                    "= each process's CPU over about a second from 1.3 s after the client started / GB moved "
+                    "meanwhile; the two pairs at once are four busy-polling processes on this machine's CPUs; "
+                    "median of reps"
+                    % (mtu, max(m for m in (256, 512, 1024, 2048, 4096) if m <= mtu - 80), NS_BW_SECS), hdr, rows))
+        hdr = ["size", "transport", "median us", "p99 us", "p99/med", "med / bare UDP busy", "n", "note"]
+        rows = []
+        base = b.get(pre + "udp_pp_busy", 2, "lat_median_us")
+        for name, _, label in NS_LAT:
+            m = pre + name
+            d = b.summary.get(m, {}).get("2")
+            if d:
+                med, p99 = b.get(m, 2, "lat_median_us"), b.get(m, 2, "lat_p99_us")
+                # ib_read_lat is a round trip: beside the ping-pong's
+                rt = 2 if name == "read_lat" else 1
+                rows.append(["2 B", label, num(med), num(p99), rtxt(ratio(p99, med)),
+                             rtxt(ratio(med, base * rt if base else None)),
+                             str(d["n_ok"]), b.status(m, 2)])
+        for m, label in ((pre + "qperf_tcp_lat", "TCP blocking (qperf tcp_lat, mean)"),
+                         (pre + "tcp_pp_busy", "TCP busy-poll ping-pong (bench)"),
+                         (pre + "udp_pp_busy", "UDP busy-poll ping-pong (bench, the bare path)")):
+            d = b.summary.get(m, {}).get("2")
+            if d:
+                med = b.get(m, 2, "lat_median_us")
+                p99 = b.get(m, 2, "lat_p99_us")
+                rows.append(["2 B", label, num(med if med is not None else b.get(m, 2, "lat_mean_us")), num(p99),
+                             rtxt(ratio(p99, med)), rtxt(ratio(med, base)), str(d["n_ok"]), b.status(m, 2)])
+        out.append(("Latency between the same two namespaces, MTU %d: one-way (RTT/2) except ib_read_lat; perftest "
+                    "median = t_typical; med / bare UDP busy = median / the busy-polling UDP ping-pong's (for "
+                    "ib_read_lat, / twice it: a round trip), same run"
+                    % mtu, hdr, rows))
+    return out
+
+
 def tables(b):
     if b.args.onesided:
         return [onesided_table(b)]
     if b.args.connect:
         return connect_tables(b)
+    if b.args.namespaces:
+        return ns_tables(b)
     S = b.sizes
     out_txt, out_md = [], []
 
@@ -1282,6 +1639,7 @@ def tables(b):
     out_txt.append(("uroce extras", hdr, rows))
     out_txt.append(onesided_table(b))
     out_txt.extend(connect_tables(b))
+    out_txt.extend(ns_tables(b))
     return out_txt
 
 
@@ -1436,6 +1794,9 @@ def main():
                         ",".join(ONESIDED_TARGETS), ",".join(ONESIDED_TARGETS_QUICK)))
     ap.add_argument("--connect", action="store_true",
                     help="run only the section 'connection setup and block I/O' (cmtime vs TCP, fio rdma vs TCP)")
+    ap.add_argument("--namespaces", action="store_true",
+                    help="run only the section 'between two network namespaces' (veth at MTU %s; needs root)" %
+                    " and ".join(str(m) for m in NS_MTUS))
     ap.add_argument("--connect-conns", type=int, default=0,
                     help="connections for cmtime and tcp_connect (default 1000, --quick 200)")
     ap.add_argument("--onesided-budget", type=float, default=600,
@@ -1444,7 +1805,8 @@ def main():
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     if args.out is None:
         args.out = os.path.join(here, "results-onesided" if args.onesided else
-                                "results-connect" if args.connect else "results")
+                                "results-connect" if args.connect else
+                                "results-namespaces" if args.namespaces else "results")
     if args.reps < 1:
         ap.error("--reps must be >= 1")
 
@@ -1457,6 +1819,7 @@ def main():
     b = Bench(args)
     for path in ((b.uroce, b.onesided_bin) if args.onesided else
                  (b.uroce, os.path.join(b.bindir, "tcp_connect")) if args.connect else
+                 (b.uroce, b.pp_bin) if args.namespaces else
                  (b.uroce, b.pp_bin, b.memcpy, b.onesided_bin, os.path.join(b.bindir, "tcp_connect"))):
         if not os.access(path, os.X_OK):
             print("bench.py: %s missing: build first (bench/run.sh does)" % path, file=sys.stderr)
@@ -1469,7 +1832,8 @@ def main():
                 perftest=sh("dpkg-query -W -f '${Version}' perftest"), qperf=sh("dpkg-query -W -f '${Version}' qperf"),
                 gnuplot=sh("gnuplot --version"), python=platform.python_version(),
                 uroce_env={k: v for k, v in os.environ.items() if k.startswith("UROCE_")},
-                mode=("onesided " if args.onesided else "connect " if args.connect else "") +
+                mode=("onesided " if args.onesided else "connect " if args.connect else
+                      "namespaces " if args.namespaces else "") +
                 ("quick" if b.quick else "full"), reps=b.reps,
                 sizes=b.sizes, config=b.cfg)
     try:
@@ -1485,7 +1849,8 @@ def main():
                if args.onesided or args.connect else
                "uroce %s (liburoce.so built %s); perftest %s, qperf %s; mode %s, %d repetition(s), sizes %s" % (
                    meta["git"], meta["liburoce_mtime"], meta["perftest"], meta["qperf"], meta["mode"], b.reps,
-                   ", ".join(fmt_size(s) for s in b.sizes))),
+                   ", ".join(fmt_size(s) for s in ((NS_SIZES_QUICK if b.quick else NS_SIZES) if args.namespaces
+                                                    else b.sizes)))),
               "load at start: %s" % meta["uptime_start"]]
     print("\n".join(header), flush=True)
     try:
@@ -1502,7 +1867,8 @@ def main():
     header.append("load at end:   %s   (run took %.0f s)" % (meta["uptime_end"], meta["elapsed_s"]))
     failures = [r for r in b.runs if not r["ok"]]
     os.makedirs(b.out, exist_ok=True)
-    perr = plot(b, b.out) if not (args.onesided or args.connect) else "not drawn for --onesided / --connect"
+    perr = plot(b, b.out) if not (args.onesided or args.connect or args.namespaces) else \
+        "not drawn for --onesided / --connect / --namespaces"
     text = "\n".join(header) + "\n" + render_text(tabs)
     if failures:
         text += "\n\n== Failures (%d; probe = calibration run)\n" % len(failures)
