@@ -1497,6 +1497,39 @@ out:
 	rig_down(&r);
 }
 
+/* A READ is asked in chunks of 128 KiB of responses (requester.c
+ * READ_CHUNK_BYTES), each its own request at the PSN of its first response
+ * (§6.3): 300 KiB at the rig's path MTU 1024 is 128 + 128 + 44 packets, three
+ * requests within max_rd_atomic 4. */
+static void test_req_read_chunks(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	const uint32_t len = 300 * 1024;
+	const uint64_t raddr = 0x10000000ull;
+
+	if (!rig_up(&r) || !mem_up(&m, len, len, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	struct ibv_sge sge = { m.iova, len, m.mr->lkey };
+	post_send(&r, 0x76, IBV_WR_RDMA_READ, &sge, 1, raddr, 0x1234);
+	check_nsent(3, "300 KiB READ: three chunk requests");
+	static const uint32_t pkts[3] = { 128, 128, 44 };
+	uint32_t psn = SQ_PSN, off = 0;
+	for (unsigned i = 0; i < 3 && i < fake_sent_count(); i++) {
+		const struct fake_pkt *p = fake_sent(i);
+		if (!check_out(p, OP_RC_READ_REQUEST, psn, "READ chunk request"))
+			break;
+		const uint8_t *reth = p->buf + BTH_LEN;
+		CHECK(reth_va(reth) == raddr + off && reth_len(reth) == pkts[i] * 1024,
+		      "chunk %u: va +%llu len %u", i, (unsigned long long)(reth_va(reth) - raddr), reth_len(reth));
+		psn += pkts[i];
+		off += pkts[i] * 1024;
+	}
+out:
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* At most the window unacknowledged: by default 512 KiB of packets at the
  * path MTU (cc.h cc_window_max; the rig's is 1024, so 512 packets).  A
  * 600-packet SEND stops at 512, an ACK of 64 lets 64 more go. */
@@ -3581,6 +3614,7 @@ int main(void)
 		{ "requester: WRITE carries its RETH on the FIRST only", test_req_write },
 		{ "requester: WRITE cut at the QP's path MTU 256", test_req_write_mtu256 },
 		{ "requester: READ request with RETH, PSNs per response", test_req_read },
+		{ "requester: a READ asked in chunks of 128 KiB of responses", test_req_read_chunks },
 		{ "requester: at most the window (512 KiB of packets) unacknowledged", test_req_window },
 		{ "references: a large WRITE leaves as one span by reference", test_ref_req_write },
 		{ "references: the responder pulls a span, NAKs one it cannot read", test_ref_resp_write },

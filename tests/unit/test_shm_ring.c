@@ -21,6 +21,7 @@
 #include <assert.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -897,6 +898,13 @@ static bool send_fds(int s, const int *fds, int n)
  * the connection, and the test is inconclusive. */
 static void lingering_owner(const uint8_t gid[16], int how, int sock, int ready)
 {
+	/* real-time where permitted, on the test's one CPU (the caller pins
+	 * both): the producer, woken by the first message, cannot run -- and
+	 * refuse and close -- before the messages behind it are sent too.
+	 * Without that, under load it did so in 6 runs of 15 (two CPUs each
+	 * busy with a spinning process), and every attempt was inconclusive */
+	struct sched_param sp = { .sched_priority = 1 };
+	sched_setscheduler(0, SCHED_FIFO, &sp);
 	int s = listen_at(gid, false);
 	char c = 1;
 	if (s < 0 || write(ready, &c, 1) != 1)
@@ -943,6 +951,13 @@ static void test_lingering_fds_from_owner(void)
 	 * a spinning uroce process) it missed the 50 ms answer bound 8 times
 	 * running; what is tested here is what happens after the answer */
 	shm_test_connect_wait(5000);
+	cpu_set_t all, one;
+	bool pinned = sched_getaffinity(0, sizeof(all), &all) == 0;
+	if (pinned) {
+		CPU_ZERO(&one);
+		CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+		pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
+	}
 	for (int how = 0; how < 3; how++) {
 		for (int attempt = 0;; attempt++) {
 			uint8_t gid[16];
@@ -991,6 +1006,8 @@ static void test_lingering_fds_from_owner(void)
 			break;
 		}
 	}
+	if (pinned)
+		sched_setaffinity(0, sizeof(all), &all);
 	shm_test_connect_wait(0);
 }
 
