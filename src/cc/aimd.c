@@ -34,13 +34,11 @@ static void aimd_on_ack(struct uroce_cc *cc, uint32_t acked)
 static void aimd_on_loss(struct uroce_cc *cc, bool timeout)
 {
 	uint32_t w = cc_window(cc);
-	cc->ssthresh = w / 2 > AIMD_MIN_WINDOW ? w / 2 : AIMD_MIN_WINDOW;
-	cc->cwnd = timeout ? AIMD_MIN_WINDOW : cc->ssthresh;
-	/* never above UROCE_WINDOW, even one set below the floor */
-	if (cc->ssthresh > cc->max)
-		cc->ssthresh = cc->max;
-	if (cc->cwnd > cc->max)
-		cc->cwnd = cc->max;
+	/* the floor is never above UROCE_WINDOW, even one set below 4; w <= max,
+	 * so neither is anything derived from it */
+	uint32_t floor = cc->max < AIMD_MIN_WINDOW ? cc->max : AIMD_MIN_WINDOW;
+	cc->ssthresh = w / 2 > floor ? w / 2 : floor;
+	cc->cwnd = timeout ? floor : cc->ssthresh;
 	cc->acc = 0;
 }
 

@@ -52,9 +52,9 @@ extern const struct cc_ops cc_aimd;
 #define CC_WINDOW_MAX 4096u
 static inline uint32_t cc_window_max(unsigned configured, uint32_t pmtu)
 {
-	uint32_t w = pmtu ? CC_WINDOW_BYTES / pmtu : CC_WINDOW_MIN;
 	if (configured)
 		return configured;
+	uint32_t w = pmtu ? CC_WINDOW_BYTES / pmtu : CC_WINDOW_MIN;
 	return w < CC_WINDOW_MIN ? CC_WINDOW_MIN : w > CC_WINDOW_MAX ? CC_WINDOW_MAX : w;
 }
 
