@@ -131,6 +131,49 @@ def median(xs):
 
 # ----------------------------------------------------------------- processes --
 
+def ns_setup(mtu):
+    """Two namespaces joined by a veth pair at `mtu` (issue #17's stand-in for
+    two hosts; bench/costs.py's too); (nsA, nsB, addrA, addrB), or raises
+    with the failing command's message."""
+    tag = "%d-%d" % (os.getpid() % 100000, mtu)
+    na, nb, va, vb = "urbench-a-" + tag, "urbench-b-" + tag, "urba%d" % mtu, "urbb%d" % mtu
+    net = 30 + NS_MTUS.index(mtu) if mtu in NS_MTUS else 29
+    aa, ab = "198.19.%d.1" % net, "198.19.%d.2" % net
+    # a bench killed before its teardown left its namespaces behind
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    ns_teardown(*[n for n in listed if n.startswith("urbench-")])
+    subprocess.run(["ip", "link", "del", va], capture_output=True)
+    for cmd in (["ip", "netns", "add", na], ["ip", "netns", "add", nb],
+                ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
+                ["ip", "link", "set", va, "netns", na], ["ip", "link", "set", vb, "netns", nb],
+                ["ip", "-n", na, "addr", "add", aa + "/24", "dev", va],
+                ["ip", "-n", nb, "addr", "add", ab + "/24", "dev", vb],
+                ["ip", "-n", na, "link", "set", va, "mtu", str(mtu), "up"],
+                ["ip", "-n", nb, "link", "set", vb, "mtu", str(mtu), "up"],
+                ["ip", "-n", na, "link", "set", "lo", "up"], ["ip", "-n", nb, "link", "set", "lo", "up"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            ns_teardown(na, nb)
+            subprocess.run(["ip", "link", "del", va], capture_output=True)
+            raise RuntimeError("%s: %s" % (" ".join(cmd), r.stderr.strip()))
+    return na, nb, aa, ab
+
+
+def ns_teardown(*names):
+    for n in names:
+        r = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True)
+        for pid in r.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def in_ns(ns, addr, argv):
+    return ["ip", "netns", "exec", ns, "env", "UROCE_ADDR=" + addr] + argv
+
+
 class Proc:
     """A child in its own session; reaped with wait4() to get its CPU time."""
 
@@ -957,47 +1000,6 @@ class Bench:
                     self.record(metric, 4096, rep, False, reason="fio not installed")
 
     # -- between two network namespaces (issue #17) ------------------------
-    def ns_setup(self, mtu):
-        """Two namespaces joined by a veth pair at `mtu`; (nsA, nsB, addrA,
-        addrB), or raises with the failing command's message."""
-        tag = "%d-%d" % (os.getpid() % 100000, mtu)
-        na, nb, va, vb = "urbench-a-" + tag, "urbench-b-" + tag, "urba%d" % mtu, "urbb%d" % mtu
-        net = 30 + NS_MTUS.index(mtu) if mtu in NS_MTUS else 29
-        aa, ab = "198.19.%d.1" % net, "198.19.%d.2" % net
-        # a bench killed before its teardown left its namespaces behind
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-        self.ns_teardown(*[n for n in listed if n.startswith("urbench-")])
-        subprocess.run(["ip", "link", "del", va], capture_output=True)
-        for cmd in (["ip", "netns", "add", na], ["ip", "netns", "add", nb],
-                    ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
-                    ["ip", "link", "set", va, "netns", na], ["ip", "link", "set", vb, "netns", nb],
-                    ["ip", "-n", na, "addr", "add", aa + "/24", "dev", va],
-                    ["ip", "-n", nb, "addr", "add", ab + "/24", "dev", vb],
-                    ["ip", "-n", na, "link", "set", va, "mtu", str(mtu), "up"],
-                    ["ip", "-n", nb, "link", "set", vb, "mtu", str(mtu), "up"],
-                    ["ip", "-n", na, "link", "set", "lo", "up"], ["ip", "-n", nb, "link", "set", "lo", "up"]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                self.ns_teardown(na, nb)
-                subprocess.run(["ip", "link", "del", va], capture_output=True)
-                raise RuntimeError("%s: %s" % (" ".join(cmd), r.stderr.strip()))
-        return na, nb, aa, ab
-
-    @staticmethod
-    def ns_teardown(*names):
-        for n in names:
-            r = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True)
-            for pid in r.stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (OSError, ValueError):
-                    pass
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
-
-    @staticmethod
-    def in_ns(ns, addr, argv):
-        return ["ip", "netns", "exec", ns, "env", "UROCE_ADDR=" + addr] + argv
-
     def ns_perftest_pairs(self, ns, tool, opts, npairs, tag, timeout):
         """npairs perftest server/client pairs at once (server in B, client
         in A, each pair its own TCP port); the CPU of each process sampled
@@ -1006,9 +1008,9 @@ class Bench:
         na, nb, aa, ab = ns
         ports = [self.free_port() for _ in range(npairs)]
         base = lambda port: [self.uroce, "run", "--", tool, "-p", str(port), "-F"] + opts
-        srvs = [Proc(self.in_ns(nb, ab, base(p)), self.logbase("%s_server%d" % (tag, i))) for i, p in enumerate(ports)]
-        cmd = " & ".join(" ".join(self.in_ns(nb, ab, base(p))) for p in ports) + " ; " + \
-            " & ".join(" ".join(self.in_ns(na, aa, base(p) + [ab])) for p in ports)
+        srvs = [Proc(in_ns(nb, ab, base(p)), self.logbase("%s_server%d" % (tag, i))) for i, p in enumerate(ports)]
+        cmd = " & ".join(" ".join(in_ns(nb, ab, base(p))) for p in ports) + " ; " + \
+            " & ".join(" ".join(in_ns(na, aa, base(p) + [ab])) for p in ports)
         end = time.monotonic() + 15
         while not all(listening_tcp_in(sv.pid, p) for sv, p in zip(srvs, ports)):
             if any(sv.poll() for sv in srvs) or time.monotonic() > end:
@@ -1024,7 +1026,7 @@ class Bench:
                 pr.kill()
 
     def _ns_pairs_run(self, na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd):
-        clis.extend(Proc(self.in_ns(na, aa, base(p) + [ab]), self.logbase("%s_client%d" % (tag, i)))
+        clis.extend(Proc(in_ns(na, aa, base(p) + [ab]), self.logbase("%s_client%d" % (tag, i)))
                     for i, p in enumerate(ports))
         # sample inside the measured part of a -D run (after set-up and the
         # first margin), before its last margin
@@ -1178,7 +1180,7 @@ class Bench:
         self.budget = max(self.budget, self.elapsed() + (200 if self.quick else 900))
         for mtu in NS_MTUS:
             try:
-                ns = self.ns_setup(mtu)
+                ns = ns_setup(mtu)
             except (RuntimeError, OSError) as e:
                 self.record("ns%d_write_bw" % mtu, NS_SIZES[0], 0, False, reason="namespaces: %s" % e)
                 continue
@@ -1202,7 +1204,7 @@ class Bench:
                         self.guard(self.ns_bench_prog, "ns%d_%s" % (mtu, metric), 2, rep, ns, mtu, metric, 2, rep,
                                    False)
             finally:
-                self.ns_teardown(ns[0], ns[1])
+                ns_teardown(ns[0], ns[1])
 
     # -- idle CPU -------------------------------------------------------
     def idle_cpu(self):

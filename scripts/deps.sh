@@ -7,7 +7,7 @@ UROCE_PACKAGES="cmake make gcc libc6-dev pkg-config python3 iproute2
   ucx-utils openmpi-bin libopenmpi-dev infiniband-diags
   libisal-dev libpcap-dev zlib1g-dev libnetfilter-queue-dev
   nftables iptables tshark python3-scapy qperf sockperf gnuplot-nox
-  qemu-system-x86 kmod cpio binutils xz-utils
+  qemu-system-x86 kmod cpio binutils xz-utils strace
   clang libclang-rt-dev"
 
 uroce_install_deps() {

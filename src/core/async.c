@@ -33,6 +33,7 @@ static void post_async_event(struct uroce_context *uctx, const struct ibv_async_
 	}
 	uctx->async_q[uctx->async_n++] = ev;
 	pthread_mutex_unlock(&uctx->async_lock);
+	dev_count_syscall(uctx->dev, UC_sys_eventfd);
 	if (write(uctx->vctx.context.async_fd, &one, sizeof(one)) < 0)
 		LOG_ERR("uroce: async event write failed");
 }

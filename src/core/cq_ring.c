@@ -23,6 +23,7 @@ static void channel_signal(struct uroce_cq *cq)
 	}
 	ch->pending[ch->npending++] = cq;
 	pthread_mutex_unlock(&ch->lock);
+	dev_count_syscall(cq->dev, UC_sys_eventfd);
 	if (write(ch->ibv.fd, &one, sizeof(one)) < 0)
 		LOG_ERR("uroce: completion channel write failed");
 }

@@ -88,6 +88,11 @@ static inline void dev_count(struct uroce_dev *dev, enum uroce_counter c, uint64
 	UROCE_COUNT(dev->stats, c, n);
 }
 
+static inline void dev_count_syscall(struct uroce_dev *dev, enum uroce_counter c)
+{
+	UROCE_COUNT_SYSCALL(dev->stats, c);
+}
+
 /* QP table (obj/qp.c): QPN = the device's slot << 14 | index (net/share.h); index 0, 1 and 0x3FFF unused so
  * that QPN 0, 1 (GSI) and 0xFFFFFF (multicast) are never handed out. */
 static inline struct uroce_qp *dev_lookup_qp(struct uroce_dev *dev, uint32_t qpn)

@@ -6,27 +6,26 @@
 void engine_kick(struct uroce_dev *dev)
 {
 	uint64_t one = 1;
+	dev_count_syscall(dev, UC_sys_eventfd);
 	if (write(dev->eng.kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		LOG_ERR("uroce: engine kick: %s", strerror(errno));
 }
 
-static __thread bool engine_thread;
-
 bool on_engine_thread(void)
 {
-	return engine_thread;
+	return uroce_engine_thread;
 }
 
 void mark_engine_thread(void)
 {
-	engine_thread = true;
+	uroce_engine_thread = true;
 }
 
 void wake_engine_by(struct uroce_dev *dev, uint64_t deadline)
 {
 	/* the engine announces sleeping, then reads the deadlines, then
 	 * publishes when it will wake (exec/engine.c, engine_sleep) */
-	if (!engine_thread && atomic_load(&dev->eng.sleeping) && atomic_load(&dev->eng.wake_ns) > deadline) {
+	if (!uroce_engine_thread && atomic_load(&dev->eng.sleeping) && atomic_load(&dev->eng.wake_ns) > deadline) {
 		dev_count(dev, UC_engine_kicks, 1);
 		engine_kick(dev);
 	}

@@ -66,6 +66,7 @@ static bool cpu_to_spare(struct uroce_dev *dev)
 
 	if (dev->eng.loadavg_fd < 0)
 		return false;
+	dev_count_syscall(dev, UC_sys_other);
 	ssize_t n = pread(dev->eng.loadavg_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
 		return false;
@@ -128,6 +129,7 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 		ts.tv_nsec = (long)(d % 1000000000ull);
 		tsp = &ts;
 	}
+	dev_count_syscall(dev, UC_sys_poll);
 	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
 	atomic_store(&dev->eng.sleeping, false);
 	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
@@ -135,6 +137,7 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 	for (int i = 0; i < n; i++)
 		if (evs[i].data.u32 == 0) {
 			uint64_t v;
+			dev_count_syscall(dev, UC_sys_eventfd);
 			if (read(dev->eng.kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				LOG_DBG("uroce: kick read failed");
 		} else if (evs[i].data.u32 == NET_EV_SERVE) {
@@ -331,6 +334,7 @@ static void *engine_main(void *arg)
 				engine_spin_fair(dev, !under_way);
 				if (++spin_rounds % SPIN_YIELD_ROUNDS == 0) {
 					uint64_t t0 = now_ns();
+					dev_count_syscall(dev, UC_sys_yield);
 					sched_yield();
 					uint64_t t1 = now_ns();
 					/* only a real-time engine's sleep is a

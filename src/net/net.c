@@ -244,6 +244,20 @@ static void tx_too_big(struct uroce_net *net, const struct uroce_txmsg *m, const
 			"MTU does not fit the link", m->len, gid_format(dgid, d, sizeof(d)));
 }
 
+/* The message payload of msgs: every iovec but the headers (the first)
+ * and the pad and ICRC (the last), tx.c's layout; a reference is no
+ * payload (its one copy is the receiver's). */
+static uint64_t msgs_payload(const struct uroce_txmsg *msgs, int n)
+{
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!(msgs[i].flags & NET_PKT_REF))
+			for (int k = 1; k < msgs[i].iovcnt - 1; k++)
+				bytes += msgs[i].iov[k].iov_len;
+	return bytes;
+}
+
 int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[16],
 	     const uint8_t dgid[16], uint8_t tos, struct uroce_txmsg *msgs, int n)
 {
@@ -264,6 +278,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 	bool had_ring = flow->ring != NULL;
 	bool on_ring = had_ring && !memcmp(dgid, flow->peer, 16);
 	sent = on_ring ? net->ring.ops->send(flow->ring, dgid, tos, msgs, n, &wake) : -EPIPE;
+	if (sent > 0)
+		UROCE_COUNT(net->stats, UC_copy_ring_in_bytes, msgs_payload(msgs, sent));
 	if (on_ring && sent == -EPIPE) {
 		/* its ring is not this process's (a forked child's flow on its
 		 * parent's ring: shm.c, "fork"): the flow goes by UDP for the
@@ -277,6 +293,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 		if (had_ring)
 			n = wire_only(net, msgs, n);
 		sent = n ? net->wire.ops->send(flow->wire, dgid, tos, msgs, n, &wake) : 0;
+		if (sent > 0)
+			UROCE_COUNT(net->stats, UC_copy_to_kernel_bytes, msgs_payload(msgs, sent));
 	}
 	if (wake)
 		ring_doorbell(net, flow, dgid);

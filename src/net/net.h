@@ -59,6 +59,10 @@ struct uroce_txmsg {
  * bytes could not be read there): resend as packets, no loss. */
 #define NET_PKT_REF_NAK 4u
 #define NET_PKT_FLAGS (NET_PKT_REF | NET_PKT_REF_OK | NET_PKT_REF_NAK)
+/* NET_PKT_VIA_RING: received from a same-host ring (set by the receiver,
+ * never carried): its bytes were copied out of the ring, not out of the
+ * kernel (counted: copy_ring_out_bytes). */
+#define NET_PKT_VIA_RING 8u
 
 struct uroce_rxpkt {
 	uint8_t *buf;           /* UDP payload: BTH .. ICRC */

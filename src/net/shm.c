@@ -1291,7 +1291,7 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 			pk->tos = h.tos;
 			pk->ttl = 64;
 			pk->ip_id_hint = h.ip_id;
-			pk->flags = h.flags & NET_PKT_FLAGS;
+			pk->flags = (h.flags & NET_PKT_FLAGS) | NET_PKT_VIA_RING;
 		}
 		if (tail != taken) {
 			rx->tail[i] = tail;

@@ -56,13 +56,15 @@
  * nor the engine sending an ACK under rx_lock.  What a full buffer
  * refuses is lost like a packet dropped on the wire, and RC's
  * retransmission recovers it (counted: tx_full). */
-static int sys_sendmmsg(int fd, struct mmsghdr *mm, unsigned n)
+static int sys_sendmmsg(struct uroce_stats_page *stats, int fd, struct mmsghdr *mm, unsigned n)
 {
+	UROCE_COUNT_SYSCALL(stats, UC_sys_sendmmsg);
 	return (int)syscall(SYS_sendmmsg, fd, mm, n, MSG_DONTWAIT);
 }
 
-static int sys_recvmmsg(int fd, struct mmsghdr *mm, unsigned n)
+static int sys_recvmmsg(struct uroce_stats_page *stats, int fd, struct mmsghdr *mm, unsigned n)
 {
+	UROCE_COUNT_SYSCALL(stats, UC_sys_recvmmsg);
 	return (int)syscall(SYS_recvmmsg, fd, mm, n, MSG_DONTWAIT, NULL);
 }
 
@@ -584,6 +586,7 @@ static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16], un
 	memcpy(d, doorbell_magic, 8);
 	d[8] = (uint8_t)(slot >> 24), d[9] = (uint8_t)(slot >> 16), d[10] = (uint8_t)(slot >> 8), d[11] = (uint8_t)slot;
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
+	UROCE_COUNT_SYSCALL(f->stats, UC_sys_other);
 	ssize_t r = sendto(f->sock->fd, d, sizeof(d), 0, (struct sockaddr *)&ss, sl);
 	return r > 0 ? 0 : r < 0 ? -errno : -EIO;
 }
@@ -659,7 +662,7 @@ static int udp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 			nm++;
 			i = j;
 		}
-		int r = sys_sendmmsg(f->sock->fd, f->mm, (unsigned)nm);
+		int r = sys_sendmmsg(f->stats, f->sock->fd, f->mm, (unsigned)nm);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -755,7 +758,7 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 		int want = (max - got) / UROCE_GRO_MAX_SEGS;
 		if (want > UROCE_RX_BUFS - used)
 			want = UROCE_RX_BUFS - used;
-		int r = sys_recvmmsg(fd, p->mm + used, (unsigned)want);
+		int r = sys_recvmmsg(p->stats, fd, p->mm + used, (unsigned)want);
 		if (r <= 0)
 			continue;
 		if (r == want)
@@ -853,6 +856,7 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	for (int i = 0; i < nmc; i++)
 		pfd[nfd++] = (struct pollfd){ .fd = atomic_load_explicit(&p->mc_fd[i], memory_order_relaxed),
 					      .events = POLLIN };
+	UROCE_COUNT_SYSCALL(p->stats, UC_sys_poll);
 	long n = syscall(SYS_ppoll, pfd, (unsigned long)nfd, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
 	for (int i = p->cfg->ngids; n > 0 && i < nfd; i++)
 		if (pfd[i].revents)

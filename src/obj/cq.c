@@ -59,6 +59,7 @@ int uroce_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq, void *
 
 	for (;;) {
 		/* blocks unless the application made the fd non-blocking (EAGAIN then) */
+		dev_count_syscall(to_uctx(ibch->context)->dev, UC_sys_eventfd);
 		if (read(ibch->fd, &v, sizeof(v)) != sizeof(v))
 			return -1;
 		pthread_mutex_lock(&ch->lock);

@@ -305,7 +305,7 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		qp_fail_oldest(qp, mem_verdict_local_status(mv));
 		return;
 	}
-	if (!pkt_place(pkt, seg, nseg)) {
+	if (!pkt_place(qp->dev, pkt, seg, nseg)) {
 		dev_count(qp->dev, UC_ref_pull_failed, 1);
 		ref_refused(qp, psn);
 		return;

@@ -84,6 +84,10 @@ void transport_rx(struct uroce_dev *dev, struct uroce_rxpkt *rx)
 	pkt.payload = bth + oi->hdr_len;
 	pkt.paylen = paylen;
 	pkt.ref = NULL;
+	/* the copy that brought the payload here (a reference's own bytes
+	 * are no payload: its one copy is pkt_place's) */
+	if (!(rx->flags & NET_PKT_REF))
+		dev_count(dev, rx->flags & NET_PKT_VIA_RING ? UC_copy_ring_out_bytes : UC_copy_from_kernel_bytes, paylen);
 	struct ref_src ref;
 	if (rx->flags & NET_PKT_REF) {
 		/* a ring's reference to the sender's memory, in place of the

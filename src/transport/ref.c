@@ -90,11 +90,15 @@ bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref)
 	return peer && ref->pid == peer;
 }
 
-bool pkt_place(const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg)
+bool pkt_place(struct uroce_dev *dev, const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg)
 {
-	if (pkt->ref)
+	if (pkt->ref) {
+		/* the one copy, counted by the caller (ref_bytes_rx) */
+		dev_count_syscall(dev, UC_sys_vm_readv);
 		return ref_pull(pkt->ref, seg, nseg);
+	}
 	place_segs(seg, nseg, pkt->payload);  /* the last byte last (core/place.h) */
+	dev_count(dev, UC_copy_place_bytes, pkt->paylen);
 	return true;
 }
 

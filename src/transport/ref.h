@@ -130,10 +130,12 @@ pid_t ref_peer(const struct uroce_qp *qp, pid_t *self);
 bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref);
 
 struct uroce_pkt;
+struct uroce_dev;
 /* Places a received packet's payload into seg (resolved and checked by the
  * caller, exactly pkt->paylen bytes), the last byte last: copied from the
- * packet, or pulled from the peer when the packet is a reference.  False:
- * a reference whose bytes could not be read. */
-bool pkt_place(const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg);
+ * packet, or pulled from the peer when the packet is a reference (counted:
+ * copy_place_bytes, or sys_vm_readv).  False: a reference whose bytes
+ * could not be read. */
+bool pkt_place(struct uroce_dev *dev, const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg);
 
 #endif

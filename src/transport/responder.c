@@ -162,7 +162,7 @@ static enum resp_verdict do_send(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	enum uroce_mem_verdict mv = mem_sge_resolve(qp->dev, qp_recv_pd(qp), qp->resp.cur_recv.sge,
 						    nsge < UROCE_MAX_SGE ? nsge : UROCE_MAX_SGE, qp->resp.recv_off,
 						    pkt->paylen, IBV_ACCESS_LOCAL_WRITE, seg, &nseg);
-	if (mv == MEM_OK && !pkt_place(pkt, seg, nseg))
+	if (mv == MEM_OK && !pkt_place(qp->dev, pkt, seg, nseg))
 		return RV_UNREAD;
 	if (mv != MEM_OK) {
 		LOG_DBG("uroce: qp 0x%x receive WQE 0x%llx: SGE fails (%s)", qp->qpn,
@@ -223,7 +223,7 @@ static enum resp_verdict do_write(struct uroce_qp *qp, struct uroce_pkt *pkt)
 				    IBV_ACCESS_REMOTE_WRITE, &mr)) != MEM_OK)
 			return verdict_of_mem(mv);
 		struct uroce_seg seg = { mr_host(mr, qp->resp.write_va), pkt->paylen };
-		if (!pkt_place(pkt, &seg, 1))
+		if (!pkt_place(qp->dev, pkt, &seg, 1))
 			return RV_UNREAD;
 	}
 	qp->resp.write_va += pkt->paylen;

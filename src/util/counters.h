@@ -85,7 +85,20 @@
 	X(cm_rejects_tx, "REJs sent (no listener, a rejection, a failed REQ or REP)") \
 	X(cm_conns_made, "CM connection records made (a connect, a REQ or SIDR_REQ received)") \
 	X(cm_conns_freed, "CM connection records freed (their id destroyed and the protocol, timewait too, over)") \
-	X(cm_backlog_drops, "REQs and SIDR_REQs dropped: their listener's backlog of unread requests was full")
+	X(cm_backlog_drops, "REQs and SIDR_REQs dropped: their listener's backlog of unread requests was full") \
+	X(sys_sendmmsg, "sendmmsg system calls (packets to the kernel's UDP)") \
+	X(sys_recvmmsg, "recvmmsg system calls, those that found nothing included") \
+	X(sys_poll, "epoll_pwait2 and ppoll system calls: the engine's sleeps, pollers' looks at the sockets") \
+	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
+	X(sys_yield, "sched_yield system calls of a spinning engine") \
+	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled, probes") \
+	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads") \
+	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls)") \
+	X(copy_to_kernel_bytes, "message payload bytes given to sendmmsg: the kernel copies them from registered memory (one copy)") \
+	X(copy_from_kernel_bytes, "message payload bytes recvmmsg copied from the kernel into packet buffers") \
+	X(copy_ring_in_bytes, "message payload bytes copied into a same-host peer's ring") \
+	X(copy_ring_out_bytes, "message payload bytes copied out of a same-host ring into packet buffers") \
+	X(copy_place_bytes, "message payload bytes copied from packet buffers into registered memory (placement)")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,
@@ -100,5 +113,19 @@ extern const char *const uroce_counter_help[UC__COUNT];
 /* Add n to counter c of a stats page (stats.h); relaxed: counters order
  * nothing. */
 #define UROCE_COUNT(page, c, n) __atomic_fetch_add(&(page)->counters[c], (n), __ATOMIC_RELAXED)
+
+/* Set on the engine thread (exec/engine.c, mark_engine_thread): the
+ * system calls counted below are told apart by who made them. */
+extern _Thread_local _Bool uroce_engine_thread;
+
+/* One system call of kind c (a UC_sys_* counter) made by uroce's code:
+ * bench/costs.py reads these per message, and tests/bench checks them
+ * against strace's count of the same calls. */
+#define UROCE_COUNT_SYSCALL(page, c) \
+	do { \
+		UROCE_COUNT(page, c, 1); \
+		if (uroce_engine_thread) \
+			UROCE_COUNT(page, UC_sys_by_engine, 1); \
+	} while (0)
 
 #endif
