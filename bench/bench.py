@@ -131,17 +131,19 @@ def median(xs):
 
 # ----------------------------------------------------------------- processes --
 
-def ns_setup(mtu):
+def ns_setup(mtu, prefix="urbench", veth="urb"):
     """Two namespaces joined by a veth pair at `mtu` (issue #17's stand-in for
-    two hosts; bench/costs.py's too); (nsA, nsB, addrA, addrB), or raises
+    two hosts; bench/costs.py's too, under its own prefix, so that neither
+    removes the other's as left behind); (nsA, nsB, addrA, addrB), or raises
     with the failing command's message."""
     tag = "%d-%d" % (os.getpid() % 100000, mtu)
-    na, nb, va, vb = "urbench-a-" + tag, "urbench-b-" + tag, "urba%d" % mtu, "urbb%d" % mtu
+    na, nb = "%s-a-%s" % (prefix, tag), "%s-b-%s" % (prefix, tag)
+    va, vb = "%sa%d" % (veth, mtu), "%sb%d" % (veth, mtu)
     net = 30 + NS_MTUS.index(mtu) if mtu in NS_MTUS else 29
     aa, ab = "198.19.%d.1" % net, "198.19.%d.2" % net
     # a bench killed before its teardown left its namespaces behind
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    ns_teardown(*[n for n in listed if n.startswith("urbench-")])
+    ns_teardown(*[n for n in listed if n.startswith(prefix + "-")])
     subprocess.run(["ip", "link", "del", va], capture_output=True)
     for cmd in (["ip", "netns", "add", na], ["ip", "netns", "add", nb],
                 ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],

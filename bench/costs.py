@@ -88,7 +88,7 @@ def model_text(m):
                    % (m["tcp_copies"], m["rdma_copies"])],
         "cpu": ["model: TCP instructions = %s (copy into the kernel) + %s (segmentation, checksums) + %s (copy out) "
                 "= %s;" % (group(m["copy_in"]), group(m["seg"]), group(m["copy_out"]), group(m["tcp_instr"])),
-                "       TCP CPU time = %s (send) + %s (the peer's interrupt) + %s (recv) + %s x %.2f = %s ns "
+                "       TCP CPU time = %s (send) + %s (the peer's interrupt) + %s (recv) + %s × %.2f = %s ns "
                 "≈ %s" % (group(SYSCALL_NS), group(INTERRUPT_NS), group(SYSCALL_NS), group(m["tcp_instr"]),
                           CYCLE_NS, group(m["tcp_cpu_ns"], 1), us(m["tcp_cpu_ns"])),
                 "       RDMA instructions = %d (posting the work request, ringing the doorbell); RDMA CPU time = "
@@ -104,15 +104,20 @@ def model_text(m):
 # -- measuring ------------------------------------------------------------
 
 UROCE_COPY_STAGES = [  # counter, the copy it counts
+    ("copy_inline_bytes", "application memory -> work request (IBV_SEND_INLINE)"),
     ("copy_to_kernel_bytes", "application memory -> kernel (sendmmsg)"),
     ("copy_from_kernel_bytes", "kernel -> packet buffer (recvmmsg)"),
+    ("copy_forward_bytes", "forwarded on to another process of the address (in and out, headers included)"),
     ("copy_ring_in_bytes", "application memory -> same-host ring"),
     ("copy_ring_out_bytes", "ring -> packet buffer"),
     ("copy_place_bytes", "packet buffer -> application memory (placement)"),
     ("ref_bytes_rx", "peer's memory -> application memory (process_vm_readv)"),
 ]
 UROCE_SYSCALLS = ["sys_sendmmsg", "sys_recvmmsg", "sys_poll", "sys_eventfd", "sys_yield", "sys_vm_readv",
-                  "sys_other"]
+                  "sys_sched", "sys_other"]
+# what uroce's system call counters leave out (docs/architecture.md "A message's costs, counted")
+UNCOUNTED = ("futex calls inside contended pthread locks (an application's post beside the engine's receive "
+             "on one QP): not countable from inside; the voluntary context switches include their waits")
 
 
 class Row:
@@ -178,45 +183,60 @@ def counters(d):
     return d.get("counters") or {}
 
 
+def both(c, s, key):
+    return c[key] + s[key]
+
+
 def per_message(row):
     """The ping-pong's per-message figures: both sides together over the 2n
-    messages (each side sends one and receives one a round trip)."""
+    messages (each side sends one and receives one a round trip), and each
+    side's per round trip."""
     c, s = row.phases[("client", "pingpong")], row.phases[("server", "pingpong")]
-    n, size = 2 * c["n"], c["size"]
-    r = {"lat_median_ns": c["lat_ns"][0], "lat_p99_ns": c["lat_ns"][1]}
+    rounds = c["n"]
+    n, size = 2 * rounds, c["size"]
+    r = {"lat_median_ns": c["lat_ns"][0], "lat_p99_ns": c["lat_ns"][1], "counted": True}
     stages = []
     if row.transport == "tcp":
-        stages.append(("application memory -> kernel (send)", (c["own_tx_bytes"] + s["own_tx_bytes"]) / (n * size)))
-        stages.append(("kernel -> application memory (recv)", (c["own_rx_bytes"] + s["own_rx_bytes"]) / (n * size)))
-        r["sys_app"] = (c["own_syscalls"] + s["own_syscalls"]) / n
+        stages.append(("application memory -> kernel (send)", both(c, s, "own_tx_bytes") / (n * size)))
+        stages.append(("kernel -> application memory (recv)", both(c, s, "own_rx_bytes") / (n * size)))
+        r["sys_app"] = both(c, s, "own_syscalls") / n
         r["sys_uroce"] = 0.0
         r["sys_kinds"] = []
     else:
         cc, sc = counters(c), counters(s)
+        # no stats page: not uroce's library (rxe, a NIC), or it could not be read
+        r["counted"] = c.get("counters") is not None and s.get("counters") is not None
         for name, what in UROCE_COPY_STAGES:
             v = (cc.get(name, 0) + sc.get(name, 0)) / (n * size)
             if v:
                 stages.append((what, v))
         total = sum(cc.get(k, 0) + sc.get(k, 0) for k in UROCE_SYSCALLS)
         eng = cc.get("sys_by_engine", 0) + sc.get("sys_by_engine", 0)
-        r["sys_app"] = (total - eng + c["own_syscalls"] + s["own_syscalls"]) / n
+        r["sys_app"] = (total - eng + both(c, s, "own_syscalls")) / n
         r["sys_uroce"] = eng / n
         r["sys_kinds"] = [(k[4:], (cc.get(k, 0) + sc.get(k, 0)) / n) for k in UROCE_SYSCALLS
                           if cc.get(k, 0) + sc.get(k, 0)]
         r["retransmits"] = cc.get("retransmits", 0) + sc.get("retransmits", 0)
+        rx = cc.get("rx_packets", 0) + sc.get("rx_packets", 0)
+        r["rx_by_engine"] = (cc.get("rx_by_engine", 0) + sc.get("rx_by_engine", 0)) / rx if rx else None
     r["stages"] = stages
     r["copies"] = sum(v for _, v in stages)
-    r["cpu_app_ns"] = (c["app_cpu_ns"] + s["app_cpu_ns"]) / n
-    r["cpu_uroce_ns"] = (c["uroce_cpu_ns"] + s["uroce_cpu_ns"]) / n
+    r["cpu_app_ns"] = both(c, s, "app_cpu_ns") / n
+    r["cpu_uroce_ns"] = both(c, s, "uroce_cpu_ns") / n
+    r["vcsw_app"] = both(c, s, "app_vcsw") / n
+    r["vcsw_uroce"] = both(c, s, "uroce_vcsw") / n
+    r["sides"] = [(role, d["app_cpu_ns"] / rounds, d["uroce_cpu_ns"] / rounds, d["app_vcsw"] / rounds,
+                   d["uroce_vcsw"] / rounds) for role, d in (("client", c), ("server", s))]
     if c["instr_app"] is not None and s["instr_app"] is not None:
-        r["instr_app"] = (c["instr_app"] + s["instr_app"]) / n
-        r["instr_uroce"] = (c["instr_uroce"] + s["instr_uroce"]) / n
+        r["instr_app"] = both(c, s, "instr_app") / n
+        r["instr_uroce"] = both(c, s, "instr_uroce") / n
     r["instr_note"] = c["instr_note"] or s["instr_note"]
     return r
 
 
 def per_read(row):
-    """The READ phase: what the target (the server) spent per READ."""
+    """The READ phase: what the target (the server) and the initiator spent
+    per READ."""
     c, s = row.phases[("client", "read")], row.phases[("server", "read")]
     n = c["n"]
     sc = counters(s)
@@ -233,8 +253,8 @@ def per_read(row):
 def table(rows, header):
     widths = [max(len(str(x[i])) for x in [header] + rows) for i in range(len(header))]
     fmt = "  ".join("%%-%ds" % w for w in widths)
-    out = ["    " + fmt % tuple(header)]
-    out += ["    " + fmt % tuple(r) for r in rows]
+    out = ["    " + (fmt % tuple(header)).rstrip()]
+    out += ["    " + (fmt % tuple(r)).rstrip() for r in rows]
     return out
 
 
@@ -249,26 +269,45 @@ def report(m, rows, a):
     pm = {r.label: per_message(r) for r in ok}
     pr = {r.label: per_read(r) for r in ok}
 
-    out += ["1. Copies of the payload, one message", "  " + text["copies"][0], "  measured (counted on the path taken):"]
-    out += table([[r.label, "%.2f" % pm[r.label]["copies"],
-                   ", ".join("%s %.2f" % (w, v) for w, v in pm[r.label]["stages"]) or "none"] for r in ok],
-                 ["path", "copies", "each copy, per message"])
+    out += ["1. Copies of the payload, one message", "  " + text["copies"][0],
+            "  measured (counted on the path taken, by stage; a resent packet is copied again):"]
+    crows = []
+    for r in ok:
+        p = pm[r.label]
+        if not p["counted"]:
+            crows.append([r.label, "not counted", "(no uroce stats page)"])
+            continue
+        note = ", ".join("%s %.2f" % (w, v) for w, v in p["stages"]) or "none"
+        if p.get("retransmits"):
+            note += " (%d packets resent)" % p["retransmits"]
+        crows.append([r.label, "%.2f" % p["copies"], note])
+    out += table(crows, ["path", "copies", "each copy, per message"])
     out.append("")
 
     out += ["2. CPU per message (sender and receiver together)"] + ["  " + x for x in text["cpu"]]
-    out.append("  measured (system calls counted where they are made; CPU from each thread's CPU-time clock):")
+    out.append("  measured (system calls counted where they are made; CPU from each thread's CPU-time clock; "
+               "uroce's CPU is its engine's, spinning after traffic included):")
     instr_note = next((pm[r.label]["instr_note"] for r in ok if pm[r.label].get("instr_note")), "")
     rows_cpu = []
     for r in ok:
         p = pm[r.label]
         instr = "%s / %s" % (group(p["instr_app"]), group(p["instr_uroce"])) if "instr_app" in p else "-"
-        rows_cpu.append([r.label, "%.2f" % p["sys_app"], "%.2f" % p["sys_uroce"], us(p["cpu_app_ns"], 2),
-                         us(p["cpu_uroce_ns"], 2), instr,
+        rows_cpu.append([r.label, "%.2f / %.2f" % (p["sys_app"], p["sys_uroce"]),
+                         "%s / %s" % (us(p["cpu_app_ns"], 2), us(p["cpu_uroce_ns"], 2)),
+                         "%.2f / %.2f" % (p["vcsw_app"], p["vcsw_uroce"]), instr,
                          ", ".join("%s %.2f" % (k, v) for k, v in p["sys_kinds"]) or "-"])
-    out += table(rows_cpu, ["path", "syscalls app", "syscalls uroce", "CPU app", "CPU uroce (the NIC's share)",
+    out += table(rows_cpu, ["path", "syscalls app / uroce", "CPU app / uroce", "sleeps app / uroce",
                             "instructions app / uroce", "uroce's calls by kind"])
+    out.append("    sleeps: voluntary context switches (a wait in the kernel that ended in a wake-up)")
+    out.append("    not in uroce's counts: " + UNCOUNTED)
     if instr_note:
         out.append("    instructions: " + instr_note)
+    out.append("  each side, per round trip (it sends one message and receives one):")
+    srows = []
+    for r in ok:
+        for role, app, ur, vapp, vur in pm[r.label]["sides"]:
+            srows.append([r.label, role, us(app, 2), us(ur, 2), "%.2f / %.2f" % (vapp, vur)])
+    out += table(srows, ["path", "side", "CPU app", "CPU uroce", "sleeps app / uroce"])
     out.append("")
 
     out += ["3. End-to-end latency, one message (half a round trip)", "  " + text["latency"][0], "  measured:"]
@@ -278,15 +317,17 @@ def report(m, rows, a):
 
     out += ["4. One-sided READ: what the target runs", "  " + text["read"][0],
             "  measured (the target's application blocks in read() on a side channel meanwhile; TCP's answers each "
-            "request with send):"]
+            "request with send; the initiator waits for each READ before the next):"]
     rrows = []
     for r in ok:
         p = pr[r.label]
         share = "%.2f %%" % (100.0 * p["target_app_ns"] / p["target_uroce_ns"]) if p["target_uroce_ns"] else "-"
         rrows.append([r.label, us(p["target_app_ns"], 3), "%.4f" % p["target_app_sys"], us(p["target_uroce_ns"], 2),
-                      share, us(p["lat_median_ns"]), us(p["lat_p99_ns"])])
+                      share, "%s / %s" % (us(p["initiator_app_ns"], 2), us(p["initiator_uroce_ns"], 2)),
+                      us(p["lat_median_ns"]), us(p["lat_p99_ns"])])
     out += table(rrows, ["path", "target app CPU / READ", "target app syscalls / READ",
-                         "target uroce CPU / READ", "app / uroce", "READ latency median", "p99"])
+                         "target uroce CPU / READ", "app / uroce", "initiator CPU app / uroce",
+                         "READ latency median", "p99"])
     out.append("")
     out += ["5. What the measurement says about the model"] + ["  " + x for x in conclusions(m, ok, pm, pr)]
     return out
@@ -296,16 +337,18 @@ def conclusions(m, ok, pm, pr):
     """Statements computed from this run's figures."""
     lines = []
     tcp = [r for r in ok if r.transport == "tcp"]
-    ur = [r for r in ok if r.transport == "verbs"]
+    ur = [r for r in ok if r.transport == "verbs" and pm[r.label]["counted"]]
     if not ur:
         return ["no uroce row was measured"]
     for r in ur:
         p, q = pm[r.label], pr[r.label]
-        lines.append("%s: %.2f copies a message (model: a NIC 0, TCP 3), all made by uroce, none by the application's "
-                     "code; %.2f system calls on the application's threads and %.2f on the engine's; %s of the "
-                     "application's CPU and %s of uroce's a message (the model's RDMA: %s); a READ's target application "
-                     "ran %s (%.2f %% of its engine's %s)."
-                     % (r.label, p["copies"], p["sys_app"], p["sys_uroce"], us(p["cpu_app_ns"], 2),
+        where = ("%.0f %% of the packets received on the engine's thread, the rest inside the application's polls"
+                 % (100.0 * p["rx_by_engine"]) if p["rx_by_engine"] is not None else "no packet received")
+        lines.append("%s: %.2f copies a message (model: a NIC 0, TCP 3), every one made by uroce's code, none by "
+                     "the application's (%s); %.2f system calls on the application's threads and %.2f on the "
+                     "engine's; %s of the application's CPU and %s of uroce's a message (the model's RDMA: %s); "
+                     "a READ's target application ran %s (%.2f %% of its engine's %s)."
+                     % (r.label, p["copies"], where, p["sys_app"], p["sys_uroce"], us(p["cpu_app_ns"], 2),
                         us(p["cpu_uroce_ns"], 2), us(m["rdma_cpu_ns"], 2), us(q["target_app_ns"], 3),
                         100.0 * q["target_app_ns"] / q["target_uroce_ns"] if q["target_uroce_ns"] else 0.0,
                         us(q["target_uroce_ns"], 2)))
@@ -320,9 +363,10 @@ def conclusions(m, ok, pm, pr):
     lines.append("Holds for a software NIC: %s the target application's CPU for a one-sided READ is %s 1 %% of what "
                  "its engine spends (the application runs nothing; the engine does the NIC's work)."
                  % ("yes:" if holds else "NOT in every row:", "within" if holds else "not always within"))
-    lines.append("Moves into the engine: the copies (a NIC's DMA does them without a CPU) and the protocol work; "
-                 "uroce's CPU a message is the NIC's share, which the model counts as 0 and a software NIC pays in "
-                 "CPU time.")
+    lines.append("Moves from the NIC into the host's CPUs: the copies (a NIC's DMA makes them without a CPU) and "
+                 "the protocol work, made by uroce's code on its engine's thread or inside the application's "
+                 "verbs calls (the share above); uroce's CPU a message is what the model counts as the NIC's, 0 "
+                 "on a host CPU.")
     for r in ur:
         # beside TCP on the same path (one host, or between the namespaces), waiting the same way
         same = [t for t in tcp if t.wait == r.wait and (t.ns is None) == (r.ns is None)]
@@ -331,10 +375,11 @@ def conclusions(m, ok, pm, pr):
         t, p = pm[same[0].label], pm[r.label]
         fewer = "fewer" if p["sys_app"] < t["sys_app"] else "not fewer"
         lines.append("%s beside %s: %s system calls on the application's threads (%.2f against %.2f a message); "
-                     "application CPU %.2fx TCP's, all CPU (uroce's included) %.2fx, latency %.2fx."
+                     "application CPU %.2fx TCP's, all CPU (uroce's included) %.2fx, sleeps %.2f against %.2f, "
+                     "latency %.2fx."
                      % (r.label, same[0].label, fewer, p["sys_app"], t["sys_app"], p["cpu_app_ns"] / t["cpu_app_ns"],
-                        (p["cpu_app_ns"] + p["cpu_uroce_ns"]) / t["cpu_app_ns"],
-                        p["lat_median_ns"] / t["lat_median_ns"]))
+                        (p["cpu_app_ns"] + p["cpu_uroce_ns"]) / t["cpu_app_ns"], p["vcsw_app"] + p["vcsw_uroce"],
+                        t["vcsw_app"], p["lat_median_ns"] / t["lat_median_ns"]))
     return lines
 
 
@@ -370,7 +415,7 @@ def main():
         print("(the rows between two namespaces need root: skipped)")
     else:
         try:
-            ns = B.ns_setup(1500)
+            ns = B.ns_setup(1500, prefix="urcosts", veth="urc")
         except (RuntimeError, OSError) as e:
             print("(namespaces: %s: skipped)" % e)
         if ns:

@@ -29,20 +29,22 @@
  * target application's fixed cost there, its two side-channel calls and
  * one wake-up, is spread over N READs.
  *
- * Around each phase each side takes a snapshot of: the CPU time of its
- * threads (their CPU-time clocks), split into uroce's
- * ("uroce-engine", "uroce-cm": what a hardware NIC would do) and the
- * application's (the rest); uroce's counters, read from this process's own
+ * Around each phase each side takes a snapshot of: the CPU time of each
+ * of its threads (their CPU-time clocks), split into uroce's (named
+ * "uroce-*": the engine, what a hardware NIC would do, and uroce's other
+ * threads) and the application's (the rest); uroce's counters, read from this process's own
  * stats page (/dev/shm/uroce.<pid>, the page `uroce stat` reads), whose
  * sys_* and copy_* counters say which system calls uroce made and which
  * payload copies it did; for tcp, its own count of system calls and of the
- * bytes passed to send and returned by recv; and instructions by thread
+ * bytes passed to send and returned by recv; each thread's context
+ * switches (voluntary: it slept; involuntary: it was preempted); and
+ * instructions by thread
  * where perf_event_open gives a hardware counter (a VM often hides it:
  * then the reason).  Each side prints one JSON line a phase:
  *
  *   {"role":"client","phase":"pingpong","transport":"verbs","size":65536,"n":2000,
  *    "wall_ns":..,"app_cpu_ns":..,"uroce_cpu_ns":..,"own_syscalls":..,"own_tx_bytes":..,
- *    "own_rx_bytes":..,"counters":{"sys_sendmmsg":..,..}|null,"instr_app":..|null,
+ *    "own_rx_bytes":..,"app_vcsw":..,"app_ivcsw":..,"uroce_vcsw":..,"uroce_ivcsw":..,"counters":{"sys_sendmmsg":..,..}|null,"instr_app":..|null,
  *    "instr_uroce":..|null,"instr_note":"..","lat_ns":[..]}  (lat_ns: client, median and p99)
  *
  * Exit status: 0 ok, 1 a failed operation or setup (printed).
@@ -160,8 +162,20 @@ struct instr {
 	char note[160];          /* why there are none, or what they leave out */
 };
 
+/* the threads' CPU times at a snapshot, by thread: a thread that ended
+ * during a phase takes its time with it (not counted), one that began in
+ * it counts from 0 */
+struct thread_cpu {
+	int n;
+	pid_t tid[MAX_THREADS];
+	uint64_t ns[MAX_THREADS];
+	uint64_t vcsw[MAX_THREADS], ivcsw[MAX_THREADS];   /* context switches: it slept; it was preempted */
+	bool uroce[MAX_THREADS];
+};
+
 struct snap {
-	uint64_t t_ns, app_ns, uroce_ns;
+	uint64_t t_ns;
+	struct thread_cpu cpu;
 	uint64_t sys, tx, rx;
 	uint64_t ctr[UC__COUNT];
 	uint64_t instr_app, instr_uroce;
@@ -204,22 +218,71 @@ static uint64_t clock_ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* each other thread's time on a CPU, in ns, the application's and uroce's
- * (the calling thread's: snap_take) */
-static void cpu_split(uint64_t *app, uint64_t *uroce)
+/* a thread's context switches (/proc/self/task/<tid>/status): voluntary
+ * (it slept: in epoll, read, a contended lock's futex...) and not */
+static void csw_read(struct thread_cpu *c, int i)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)c->tid[i]);
+	c->vcsw[i] = c->ivcsw[i] = 0;
+	if (!read_small(path, buf, sizeof(buf)))
+		return;
+	const char *v = strstr(buf, "\nvoluntary_ctxt_switches:"), *nv = strstr(buf, "nonvoluntary_ctxt_switches:");
+	if (v)
+		c->vcsw[i] = strtoull(v + 26, NULL, 10);
+	if (nv)
+		c->ivcsw[i] = strtoull(nv + 27, NULL, 10);
+}
+
+/* each other thread's time on a CPU, in ns (the calling thread's:
+ * snap_take) */
+static void cpu_read(struct thread_cpu *c)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
 	pid_t self = (pid_t)syscall(SYS_gettid);
-	*app = *uroce = 0;
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.' || atoi(e->d_name) == self)
+	while (d && (e = readdir(d)) && c->n < MAX_THREADS) {
+		pid_t tid = (pid_t)atoi(e->d_name);
+		if (e->d_name[0] == '.' || tid == self)
 			continue;
-		/* 0: the thread ended */
-		*(thread_is_uroce(e->d_name) ? uroce : app) += clock_ns(thread_clock((pid_t)atoi(e->d_name)));
+		uint64_t ns = clock_ns(thread_clock(tid));
+		if (!ns)
+			continue;  /* it ended */
+		c->tid[c->n] = tid;
+		c->uroce[c->n] = thread_is_uroce(e->d_name);
+		c->ns[c->n] = ns;
+		csw_read(c, c->n++);
 	}
 	if (d)
 		closedir(d);
+}
+
+static void cpu_self(struct thread_cpu *c)
+{
+	if (c->n < MAX_THREADS) {
+		c->tid[c->n] = (pid_t)syscall(SYS_gettid);
+		c->uroce[c->n] = false;
+		c->ns[c->n] = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		csw_read(c, c->n++);
+	}
+}
+
+/* What the threads spent between a and b, the application's and uroce's:
+ * [0] CPU ns, [1] voluntary and [2] involuntary context switches */
+static void cpu_between(const struct thread_cpu *a, const struct thread_cpu *b, uint64_t app[3], uint64_t uroce[3])
+{
+	memset(app, 0, 3 * sizeof(*app));
+	memset(uroce, 0, 3 * sizeof(*uroce));
+	for (int i = 0; i < b->n; i++) {
+		uint64_t from[3] = { 0, 0, 0 };
+		for (int j = 0; j < a->n; j++)
+			if (a->tid[j] == b->tid[i])
+				from[0] = a->ns[j], from[1] = a->vcsw[j], from[2] = a->ivcsw[j];
+		uint64_t to[3] = { b->ns[i], b->vcsw[i], b->ivcsw[i] }, *sum = b->uroce[i] ? uroce : app;
+		for (int k = 0; k < 3; k++)
+			if (to[k] > from[k])
+				sum[k] += to[k] - from[k];
+	}
 }
 
 static int perf_open(pid_t tid, bool user_only)
@@ -291,10 +354,10 @@ static void instr_close(struct instr *in)
  * phase is charged its two side-channel calls and its wake-up only). */
 static void snap_take(struct snap *s, struct instr *in, bool end)
 {
-	uint64_t self = 0;
+	s->cpu.n = 0;
 	if (end) {
-		self = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-		cpu_split(&s->app_ns, &s->uroce_ns);
+		cpu_self(&s->cpu);
+		cpu_read(&s->cpu);
 	}
 	s->t_ns = now_ns();
 	s->sys = own_syscalls, s->tx = own_tx_bytes, s->rx = own_rx_bytes;
@@ -304,10 +367,9 @@ static void snap_take(struct snap *s, struct instr *in, bool end)
 	if (in->n > 0)
 		instr_read(in, &s->instr_app, &s->instr_uroce);
 	if (!end) {
-		cpu_split(&s->app_ns, &s->uroce_ns);
-		self = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		cpu_read(&s->cpu);
+		cpu_self(&s->cpu);
 	}
-	s->app_ns += self;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -320,12 +382,16 @@ static int cmp_u64(const void *a, const void *b)
 static void report(const char *phase, uint32_t n, const struct snap *a, const struct snap *b, const struct instr *in,
 		   uint64_t *lat, uint32_t nlat)
 {
+	uint64_t app[3], uroce[3];
+	cpu_between(&a->cpu, &b->cpu, app, uroce);
 	printf("{\"role\":\"%s\",\"phase\":\"%s\",\"transport\":\"%s\",\"wait\":\"%s\",\"size\":%u,\"n\":%u,"
 	       "\"wall_ns\":%" PRIu64 ",\"app_cpu_ns\":%" PRIu64 ",\"uroce_cpu_ns\":%" PRIu64
 	       ",\"own_syscalls\":%" PRIu64 ",\"own_tx_bytes\":%" PRIu64 ",\"own_rx_bytes\":%" PRIu64,
 	       opt.host ? "client" : "server", phase, transport_name[opt.transport], opt.spin ? "spin" : "block",
-	       opt.size, n, b->t_ns - a->t_ns, b->app_ns - a->app_ns, b->uroce_ns - a->uroce_ns,
+	       opt.size, n, b->t_ns - a->t_ns, app[0], uroce[0],
 	       b->sys - a->sys, b->tx - a->tx, b->rx - a->rx);
+	printf(",\"app_vcsw\":%" PRIu64 ",\"app_ivcsw\":%" PRIu64 ",\"uroce_vcsw\":%" PRIu64
+	       ",\"uroce_ivcsw\":%" PRIu64, app[1], app[2], uroce[1], uroce[2]);
 	if (stats_page) {
 		printf(",\"counters\":{");
 		bool first = true;

@@ -260,6 +260,7 @@ EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *
 
 	for (;;) {
 		/* blocks unless the application made the fd non-blocking */
+		dev_count_syscall(uctx->dev, UC_sys_eventfd);
 		if (read(ctx->async_fd, &v, sizeof(v)) != sizeof(v))
 			return -1;
 		pthread_mutex_lock(&uctx->async_lock);

@@ -89,6 +89,7 @@ static void engine_spin_fair(struct uroce_dev *dev, bool fair)
 	if (!dev->eng.rt || dev->eng.fair == fair)
 		return;
 	struct sched_param sp = { .sched_priority = fair ? 0 : 1 };
+	dev_count_syscall(dev, UC_sys_sched);
 	if (pthread_setschedparam(pthread_self(), fair ? SCHED_OTHER : SCHED_FIFO, &sp) == 0)
 		dev->eng.fair = fair;
 }

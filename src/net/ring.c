@@ -228,7 +228,11 @@ static void ring_serve(struct uroce_backend *be)
 	for (int i = 0; i < p->n; i++) {
 		if (p->unwatched[i])
 			ring_watch(p, i, true);
-		if (shm_rx_serve(p->rx[i]) < 0) {
+		unsigned accepts;
+		int rc = shm_rx_serve(p->rx[i], &accepts);
+		for (unsigned k = 0; k < accepts; k++)
+			UROCE_COUNT_SYSCALL(p->stats, UC_sys_other);
+		if (rc < 0) {
 			ring_watch(p, i, false);
 			UROCE_COUNT(p->stats, UC_shm_serve_stalled, 1);
 			stalled = true;

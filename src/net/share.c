@@ -560,13 +560,18 @@ bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len)
 	return true;
 }
 
-int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len)
+int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len,
+		  unsigned *syscalls)
 {
 	uint32_t port = slot <= SHARE_SLOT_LAST ? atomic_load(&sh->map->slot[slot].fwd_port) : 0;
 
+	*syscalls = 0;
+	if (!port || port > 0xFFFF)
+		return 0;
 	/* nobody's slot: a dead member's peers retransmitting, or a stray
 	 * QPN -- no round of probes for that, steering is not at fault */
-	if (!port || port > 0xFFFF || !slot_held(sh->fd, slot))
+	*syscalls = 1;
+	if (!slot_held(sh->fd, slot))
 		return 0;
 	struct share_fwd w = { .nonce = sh->nonce };
 	struct iovec iov[2] = { { &w, sizeof(w) }, { (void *)buf, len } };
@@ -581,6 +586,7 @@ int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk,
 		w.sport = pk->sport, w.tos = pk->tos, w.ttl = pk->ttl, w.ip_id_hint = pk->ip_id_hint;
 	}
 	ssize_t want = (ssize_t)len + (pk ? (ssize_t)sizeof(w) : 0);
+	*syscalls = 2;
 	bool sent = sendmsg(sh->fwd_fd, &h, MSG_DONTWAIT) == want;
 	maybe_reprobe(sh);
 	return sent ? 1 : -1;

@@ -72,8 +72,11 @@ bool share_rx_probe(struct share *sh, const uint8_t *buf, uint32_t len);
  * a packet (buf, len of pk) wrapped with pk's addresses, or, pk NULL, a
  * doorbell as it is.  1: sent; 0: nobody holds that slot; -1: the send
  * failed (the caller drops and counts it).  A forward starts a new round
- * of probes, at most one per SHARE_REPROBE_NS for the address. */
-int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len);
+ * of probes, at most one per SHARE_REPROBE_NS for the address.  The
+ * system calls it made for the packet (the slot's lock test, the send) in
+ * *syscalls; a round of probes' own are not counted. */
+int share_forward(struct share *sh, unsigned slot, const struct uroce_rxpkt *pk, const uint8_t *buf, uint32_t len,
+		  unsigned *syscalls);
 /* Each receive call: a program update left for later (lock busy). */
 void share_rx_tick(struct share *sh);
 /* A datagram that came on the forward socket: fills pk (the wrapped packet

@@ -300,6 +300,9 @@ static _Atomic int closers;
 
 static void *closer_main(void *arg)
 {
+	/* uroce's, not the application's, to whoever counts threads' CPU
+	 * (bench/costs_peer.c) */
+	pthread_setname_np(pthread_self(), "uroce-closer");
 	close((int)(intptr_t)arg);
 	atomic_fetch_sub(&closers, 1);
 	return NULL;
@@ -998,16 +1001,23 @@ int shm_rx_listen_fd(const struct shm_rx *rx)
  * #13).  -1 when one cannot be accepted at all (ENOMEM, or no fd and no
  * spare): the caller stops watching the socket and serves again within
  * SERVE_STALLED_NS (ring.c, exec/engine.c). */
-int shm_rx_serve(struct shm_rx *rx)
+int shm_rx_serve(struct shm_rx *rx, unsigned *accepts)
 {
+	unsigned none;
+	if (!accepts)
+		accepts = &none;
+	*accepts = 0;
 	if (!rx || rx->pid != shm_self())
 		return 0;
 	if (atomic_load(&reserve_fd) < 0)
 		reserve_open();  /* spent on an earlier connection while no fd was free */
 	for (int k = 0; k < 64; k++) {
 		int c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fds_retry(c))
+		++*accepts;
+		if (fds_retry(c)) {
 			c = accept4(rx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			++*accepts;
+		}
 		if (c < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;

@@ -53,8 +53,10 @@ int shm_rx_listen_fd(const struct shm_rx *rx);
 /* Hands the region to every producer of our user waiting on the socket;
  * never blocks.  A producer waits SHM_CONNECT_WAIT_MS (shm.c) for it.
  * -1: a connection could not be accepted (no memory), the socket stays
- * readable: the caller stops watching it until it serves again. */
-int shm_rx_serve(struct shm_rx *rx);
+ * readable: the caller stops watching it until it serves again.  The
+ * accept4 calls it made in *accepts (NULL: not wanted); a look at an idle
+ * socket is one. */
+int shm_rx_serve(struct shm_rx *rx, unsigned *accepts);
 /* Are these F_GET_SEALS bits a region's?  Its own seals, and F_SEAL_EXEC
  * besides (vm.memfd_noexec adds it), nothing else (shm.c). */
 bool shm_seals_ok(int seals);

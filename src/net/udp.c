@@ -332,9 +332,15 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
 	h->msg_controllen = sizeof(p->cbuf[i]);
 }
 
-/* What share_forward did, counted */
-static void share_count(struct uroce_stats_page *stats, int f)
+/* A packet (or doorbell) of `len` bytes for another process of a shared
+ * address, forwarded (share_forward: f > 0 sent on, f < 0 the send failed,
+ * 0 nobody to send it to) with `calls` system calls, counted. */
+static void share_count(struct uroce_stats_page *stats, int f, uint32_t len, unsigned calls)
 {
+	for (unsigned i = 0; i < calls; i++)
+		UROCE_COUNT_SYSCALL(stats, UC_sys_other);
+	if (f != 0)
+		UROCE_COUNT(stats, UC_copy_forward_bytes, len);
 	UROCE_COUNT(stats, f > 0 ? UC_share_forwarded : f == 0 ? UC_share_unowned : UC_share_forward_failed, 1);
 }
 
@@ -783,10 +789,13 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 				/* a same-host peer's doorbell: it woke the engine,
 				 * or, on a shared address, another process's */
 				unsigned slot = ld32(buf + 8);
-				if (sh && slot != be->net->qpn_slot)
-					share_count(p->stats, share_forward(sh, slot, NULL, buf, len));
-				else
+				if (sh && slot != be->net->qpn_slot) {
+					unsigned calls;
+					int f = share_forward(sh, slot, NULL, buf, len, &calls);
+					share_count(p->stats, f, len, calls);
+				} else {
 					UROCE_COUNT(p->stats, UC_shm_doorbells_rx, 1);
+				}
 				rx_hdr_reset(p, i);
 				continue;
 			} else if (sh && p->rx_fwd[fi]) {
@@ -824,7 +833,9 @@ static int udp_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max,
 					if (slot != be->net->qpn_slot && slot >= SHARE_SLOT_FIRST && slot <= SHARE_SLOT_LAST) {
 						/* the group's order changed, or a
 						 * member has not learnt its index yet */
-						share_count(p->stats, share_forward(sh, slot, pk, pk->buf, pk->len));
+						unsigned calls;
+						int f = share_forward(sh, slot, pk, pk->buf, pk->len, &calls);
+						share_count(p->stats, f, pk->len, calls);
 						got--;
 					}
 				}

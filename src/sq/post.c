@@ -132,6 +132,7 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 			memcpy(buf + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			off += wr->sg_list[i].length;
 		}
+		dev_count(qp->dev, UC_copy_inline_bytes, off);
 		w->inline_data = buf;
 	} else {
 		/* the SGEs as posted: their lkeys are checked each time the WQE

@@ -50,7 +50,7 @@ bool ref_get(const uint8_t *p, uint32_t n, struct ref_src *out)
 	return true;
 }
 
-bool ref_pull(const struct ref_src *src, const struct uroce_seg *dst, uint32_t ndst)
+bool ref_pull(struct uroce_dev *dev, const struct ref_src *src, const struct uroce_seg *dst, uint32_t ndst)
 {
 	struct iovec local[UROCE_MAX_SGE + 1];
 	uint64_t total = 0;
@@ -78,6 +78,7 @@ bool ref_pull(const struct ref_src *src, const struct uroce_seg *dst, uint32_t n
 	local[k].iov_base = &byte;
 	local[k].iov_len = 1;
 	k++;
+	dev_count_syscall(dev, UC_sys_vm_readv);
 	if (process_vm_readv(src->pid, local, k, src->seg, src->nseg, 0) != (ssize_t)src->len)
 		return false;
 	__atomic_store_n(last, byte, __ATOMIC_RELEASE);
@@ -92,11 +93,8 @@ bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref)
 
 bool pkt_place(struct uroce_dev *dev, const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg)
 {
-	if (pkt->ref) {
-		/* the one copy, counted by the caller (ref_bytes_rx) */
-		dev_count_syscall(dev, UC_sys_vm_readv);
-		return ref_pull(pkt->ref, seg, nseg);
-	}
+	if (pkt->ref)
+		return ref_pull(dev, pkt->ref, seg, nseg);  /* the one copy: ref_bytes_rx, counted by the caller */
 	place_segs(seg, nseg, pkt->payload);  /* the last byte last (core/place.h) */
 	dev_count(dev, UC_copy_place_bytes, pkt->paylen);
 	return true;

@@ -117,7 +117,8 @@ bool ref_get(const uint8_t *p, uint32_t n, struct ref_src *out);
  * checked by the caller, exactly src->len bytes in all), the last byte
  * last (core/place.h: a peer may poll it).  False when they could not all
  * be read; what was copied stays, as a NIC's partly placed message. */
-bool ref_pull(const struct ref_src *src, const struct uroce_seg *dst, uint32_t ndst);
+struct uroce_dev;
+bool ref_pull(struct uroce_dev *dev, const struct ref_src *src, const struct uroce_seg *dst, uint32_t ndst);
 
 struct uroce_qp;
 /* The pid of the QP's peer when its flow carries references (this process
@@ -130,7 +131,6 @@ pid_t ref_peer(const struct uroce_qp *qp, pid_t *self);
 bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref);
 
 struct uroce_pkt;
-struct uroce_dev;
 /* Places a received packet's payload into seg (resolved and checked by the
  * caller, exactly pkt->paylen bytes), the last byte last: copied from the
  * packet, or pulled from the peer when the packet is a reference (counted:

@@ -58,10 +58,9 @@ void ud_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		/* the receive's memory is checked as the datagram lands (mem.h) */
 		build_grh(pkt, grh);
 		enum uroce_mem_verdict mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), r->sge, r->nsge, 0, grh, 40);
-		if (mv == MEM_OK) {
-			mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), r->sge, r->nsge, 40, pkt->payload, pkt->paylen);
+		if (mv == MEM_OK && (mv = mem_sge_copy_to(qp->dev, qp_recv_pd(qp), r->sge, r->nsge, 40, pkt->payload,
+							  pkt->paylen)) == MEM_OK)
 			dev_count(qp->dev, UC_copy_place_bytes, pkt->paylen);
-		}
 		wc.status = mem_verdict_local_status(mv);
 		if (mv == MEM_OK)
 			wc.byte_len = 40 + pkt->paylen;

@@ -91,14 +91,17 @@
 	X(sys_poll, "epoll_pwait2 and ppoll system calls: the engine's sleeps, pollers' looks at the sockets") \
 	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
 	X(sys_yield, "sched_yield system calls of a spinning engine") \
-	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled, probes") \
-	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads") \
+	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled") \
+	X(sys_sched, "sched_setscheduler system calls: a real-time engine spinning as an ordinary thread and back") \
+	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, looks for same-host rendezvous (accept4)") \
 	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls)") \
 	X(copy_to_kernel_bytes, "message payload bytes given to sendmmsg: the kernel copies them from registered memory (one copy)") \
 	X(copy_from_kernel_bytes, "message payload bytes recvmmsg copied from the kernel into packet buffers") \
 	X(copy_ring_in_bytes, "message payload bytes copied into a same-host peer's ring") \
 	X(copy_ring_out_bytes, "message payload bytes copied out of a same-host ring into packet buffers") \
-	X(copy_place_bytes, "message payload bytes copied from packet buffers into registered memory (placement)")
+	X(copy_place_bytes, "message payload bytes copied from packet buffers into registered memory (placement)") \
+	X(copy_inline_bytes, "message payload bytes copied into the work request when posted (IBV_SEND_INLINE)") \
+	X(copy_forward_bytes, "bytes of packets for another process of a shared address, headers included: received here, then sent on to it (two copies each)")
 
 enum uroce_counter {
 #define X(n, d) UC_##n,

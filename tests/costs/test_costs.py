@@ -8,7 +8,9 @@ and system calls counted on paths whose counts are known.
                                      loopback UDP at 64 KiB and 4 KiB (one host)
     test_costs.py BUILD namespaces   the same between two namespaces (root; 77: skipped)
     test_costs.py BUILD strace       uroce's sys_* counters against strace's count
-                                     of the same calls in the same run
+                                     of the same calls in the same run, and no
+                                     uncounted call (futex aside) growing with
+                                     the messages
 
 Exit 0: passed; 1: failed (what and why printed); 77: skipped.
 """
@@ -19,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COSTS = os.path.join(ROOT, "bench", "costs.py")
@@ -39,7 +42,7 @@ def test_model(build):
     # issue #18's figures, each as printed
     for want in ["TCP copies = 3", "RDMA copies = 0",
                  "= 2,048 (copy into the kernel) + 1,024 (segmentation, checksums) + 2,048 (copy out) = 5,120;",
-                 "1,500 (send) + 2,000 (the peer's interrupt) + 1,500 (recv) + 5,120 x 0.33 = 6,689.6 ns ≈ 6.7 µs",
+                 "1,500 (send) + 2,000 (the peer's interrupt) + 1,500 (recv) + 5,120 × 0.33 = 6,689.6 ns ≈ 6.7 µs",
                  "RDMA instructions = 50", "RDMA CPU time = 16.5 ns ≈ 0.02 µs", "ratio: CPU 405×",
                  "TCP latency = CPU + DMA + wire = 19.7 µs", "RDMA latency = 13.0 µs", "ratio 1.5×",
                  "a READ costs the target 0 instructions"]:
@@ -56,8 +59,8 @@ def measure(build, size, extra):
         r = subprocess.run([sys.executable, COSTS, "--build", build, "--size", str(size), "--iters", str(ITERS),
                             "--reads", str(READS), "--wait", "block", "--json", js] + extra, capture_output=True, text=True, timeout=600)
         print(r.stdout[-3000:])
-        check(r.returncode == 0, "costs.py --size %d %s ran every row (rc %d: %s)" % (size, " ".join(extra),
-                                                                                     r.returncode, r.stderr[-500:]))
+        check(r.returncode == 0, "costs.py --size %d %s ran every row%s" % (
+            size, " ".join(extra), "" if r.returncode == 0 else " (rc %d: %s)" % (r.returncode, r.stderr[-500:])))
         return json.load(open(js)) if os.path.exists(js) else {"rows": []}
 
 
@@ -101,17 +104,21 @@ def check_uroce(res, label, size, path):
     msgs = ITERS
     stages = {"rings_ref": ["ref_bytes_rx"], "rings": ["copy_ring_in_bytes", "copy_ring_out_bytes", "copy_place_bytes"],
               "udp": ["copy_to_kernel_bytes", "copy_from_kernel_bytes", "copy_place_bytes"]}[path]
+    # (a packet of a shared address that reached the other process's socket
+    # is forwarded, copy_forward_bytes: rare, and counted, not checked here)
     others = {"ref_bytes_rx", "copy_ring_in_bytes", "copy_ring_out_bytes", "copy_place_bytes",
-              "copy_to_kernel_bytes", "copy_from_kernel_bytes"} - set(stages)
+              "copy_to_kernel_bytes", "copy_from_kernel_bytes", "copy_inline_bytes"} - set(stages)
     for role in ("client", "server"):
         c = s[role + "_pingpong"]["counters"] or {}
+        lossy = c.get("retransmits", 0) or c.get("duplicates", 0) or c.get("dup_responses", 0)
         for st in stages:
             check(exact_or_lost(c, st, msgs * size), "%s %s: %s = %d bytes, one copy per message (%d)"
                   % (label, role, st, msgs * size, c.get(st, 0)))
-        check(not any(c.get(o, 0) for o in others), "%s %s: no other copy (%s)" % (
+        # a message sent again goes as packets, never by reference
+        check(lossy or not any(c.get(o, 0) for o in others), "%s %s: no other copy (%s)" % (
             label, role, {o: c.get(o) for o in others if c.get(o)}))
         if path == "rings_ref":
-            check(c.get("sys_vm_readv", 0) == msgs, "%s %s: one process_vm_readv per message received (%d)"
+            check(exact_or_lost(c, "sys_vm_readv", msgs), "%s %s: one process_vm_readv per message received (%d)"
                   % (label, role, c.get("sys_vm_readv", 0)))
         if path == "udp":
             check(c.get("sys_sendmmsg", 0) >= msgs, "%s %s: at least one sendmmsg per message sent (%d)"
@@ -150,8 +157,18 @@ def test_namespaces(build):
     check_uroce(res, "uroce, two namespaces", 65536, "udp")
 
 
+# uroce's counters and the system calls each counts (strace's names)
 STRACE_KINDS = {"sendmmsg": ["sendmmsg"], "recvmmsg": ["recvmmsg"], "poll": ["epoll_pwait2", "ppoll"],
-                "yield": ["sched_yield"], "vm_readv": ["process_vm_readv"]}
+                "yield": ["sched_yield"], "vm_readv": ["process_vm_readv"], "sched": ["sched_setscheduler"],
+                "eventfd": ["read", "write"], "other": ["sendto", "pread64", "accept4", "fcntl", "sendmsg"]}
+# set-up calls of these names that uroce does not count (a ring's probe of
+# its owner; the engine's first switch to real time; sysfs and /proc reads,
+# the exit's printout): in a run's total, not in the difference of two runs
+SETUP_SLACK = {"vm_readv": 2, "sched": 2}
+# what uroce's code calls but cannot count (docs/architecture.md "A
+# message's costs, counted")
+UNCOUNTED = {"futex"}
+LOW, HIGH = 100, 400
 
 
 def strace_counts(path):
@@ -169,39 +186,62 @@ def stats_counts(err):
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^uroce:\s+(\w+)\s+(\d+)\s", err, re.M)}
 
 
-def test_strace(build):
+def traced_run(build, env, size, iters):
+    """A verbs server, and a client of `iters` round trips traced whole
+    (strace -f -c: every thread, every call); (strace's counts, uroce's)."""
     uroce, peer = os.path.join(build, "bin", "uroce"), os.path.join(build, "bin", "costs_peer")
-    strace = "/usr/bin/strace"
-    if not os.path.exists(strace):
+    e = dict(os.environ, UROCE_STATS="1", **env)
+    with tempfile.TemporaryDirectory() as tmp:
+        pf, so = os.path.join(tmp, "port"), os.path.join(tmp, "strace")
+        base = [uroce, "run", "--", peer, "--transport=verbs"]
+        srv = subprocess.Popen(base + ["--port=0", "--port-file=" + pf], env=e, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + 20
+        while not os.path.exists(pf) and srv.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        if not os.path.exists(pf):
+            srv.kill()
+            check(False, "the server wrote its port (%s)" % srv.communicate()[1][-300:])
+            return {}, {}
+        port = open(pf).read().strip()
+        cli = subprocess.run(["/usr/bin/strace", "-f", "-c", "-o", so] + base +
+                             ["--port=" + port, "--iters=%d" % iters, "--reads=20", "--size=%d" % size, "127.0.0.1"],
+                             env=e, capture_output=True, text=True, timeout=300)
+        srv.communicate(timeout=60)
+        check(cli.returncode == 0, "the traced client ran" + ("" if cli.returncode == 0 else ": " + cli.stderr[-300:]))
+        return strace_counts(so), stats_counts(cli.stderr)
+
+
+def test_strace(build):
+    if not os.path.exists("/usr/bin/strace"):
         check(False, "strace is installed (scripts/deps.sh)")
         return
-    for path, env in (("rings", {}), ("udp", {"UROCE_SHM": "0"}), ("rings, 4 KiB", {"size": "4096"})):
-        size = env.pop("size", "65536")
-        e = dict(os.environ, UROCE_STATS="1", **env)
-        with tempfile.TemporaryDirectory() as tmp:
-            pf, so = os.path.join(tmp, "port"), os.path.join(tmp, "strace")
-            base = [uroce, "run", "--", peer, "--transport=verbs"]
-            srv = subprocess.Popen(base + ["--port=0", "--port-file=" + pf], env=e, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
-            while not os.path.exists(pf) and srv.poll() is None:
-                subprocess.run(["sleep", "0.05"])
-            port = open(pf).read().strip() if os.path.exists(pf) else "0"
-            trace = ",".join(k for ks in STRACE_KINDS.values() for k in ks)
-            cli = subprocess.run([strace, "-f", "-c", "-o", so, "-e", "trace=" + trace] + base +
-                                 ["--port=" + port, "--iters=300", "--size=" + size, "127.0.0.1"],
-                                 env=e, capture_output=True, text=True, timeout=300)
-            srv.communicate(timeout=60)
-            check(cli.returncode == 0, "%s: the traced client ran (%s)" % (path, cli.stderr[-300:]))
-            st, us = strace_counts(so), stats_counts(cli.stderr)
-            for kind, calls in STRACE_KINDS.items():
-                traced, counted = sum(st.get(c, 0) for c in calls), us.get("sys_" + kind, 0)
-                if kind == "vm_readv":
-                    # + the ring's probe of its owner, once a peer (net/shm.c probe_owner): setup, not counted
-                    ok = counted <= traced <= counted + 2
-                else:
-                    ok = traced == counted
-                check(ok, "%s: strace saw %d %s, uroce counted %d (sys_%s)" % (path, traced, "/".join(calls),
-                                                                              counted, kind))
+    for path, env, size in (("rings", {}, 65536), ("udp", {"UROCE_SHM": "0"}, 65536), ("rings, 4 KiB", {}, 4096)):
+        runs = [traced_run(build, env, size, n) for n in (LOW, HIGH)]
+        if not all(st for st, _ in runs):
+            continue
+        for kind, calls in STRACE_KINDS.items():
+            # one run: uroce counted every call of the names only it makes
+            if kind not in ("eventfd", "other"):
+                for (st, us), n in zip(runs, (LOW, HIGH)):
+                    traced, counted = sum(st.get(c, 0) for c in calls), us.get("sys_" + kind, 0)
+                    check(counted <= traced <= counted + SETUP_SLACK.get(kind, 0),
+                          "%s, %d round trips: strace saw %d %s, uroce counted %d (sys_%s)"
+                          % (path, n, traced, "/".join(calls), counted, kind))
+            # the difference of two runs, set-up gone: what the messages cost
+            d_traced = sum(runs[1][0].get(c, 0) - runs[0][0].get(c, 0) for c in calls)
+            d_counted = runs[1][1].get("sys_" + kind, 0) - runs[0][1].get("sys_" + kind, 0)
+            check(abs(d_traced - d_counted) <= 3, "%s: %d more round trips made %d more %s (strace), %d counted (sys_%s)"
+                  % (path, HIGH - LOW, d_traced, "/".join(calls), d_counted, kind))
+        # and no other call grows with the messages (but the one named)
+        known = {c for cs in STRACE_KINDS.values() for c in cs} | UNCOUNTED | {"total"}
+        grew = {c: runs[1][0].get(c, 0) - runs[0][0].get(c, 0) for c in set(runs[0][0]) | set(runs[1][0])
+                if c not in known}
+        check(all(abs(v) <= 3 for v in grew.values()),
+              "%s: no other system call grows with the round trips (%s)" % (
+                  path, {c: v for c, v in grew.items() if abs(v) > 3} or "none"))
+        print("     %s: futex calls, not counted by uroce: %d more in %d more round trips"
+              % (path, runs[1][0].get("futex", 0) - runs[0][0].get("futex", 0), HIGH - LOW))
 
 
 def main():

@@ -155,7 +155,9 @@ int main(void)
 	/* past the address's limit of one round per SHARE_REPROBE_NS (20 ms)
 	 * since b's join: a lower bound on the time, met by any sleep this long */
 	usleep(25000);
-	CHECK(share_forward(a.sh, 200, &pk, pk.buf, pk.len) == 1, "a forwards it");
+	unsigned calls = 0;
+	CHECK(share_forward(a.sh, 200, &pk, pk.buf, pk.len, &calls) == 1 && calls == 2,
+	      "a forwards it, with two system calls (the slot's lock test, the send: %u)", calls);
 	uint8_t fb[512];
 	n = take(b.fwd, fb, sizeof(fb), NULL);
 	CHECK(n == SHARE_FWD_HDR + 64, "b's forward socket has it (%d bytes)", n);
@@ -174,8 +176,8 @@ int main(void)
 
 	/* 4. nobody's slot; another registry's nonce */
 	pk.buf[5] = 0x01, pk.buf[6] = 0x2c, pk.buf[7] = 0;  /* QPN 0x012c00: slot 4 */
-	CHECK(share_forward(a.sh, share_slot_of(bth_qpn(pk.buf)), &pk, pk.buf, pk.len) == 0,
-	      "a packet for a slot nobody holds is not forwarded");
+	CHECK(share_forward(a.sh, share_slot_of(bth_qpn(pk.buf)), &pk, pk.buf, pk.len, &calls) == 0 && calls <= 1,
+	      "a packet for a slot nobody holds is not forwarded (%u system calls)", calls);
 	fb[8] ^= 0xff;  /* the nonce */
 	CHECK(!share_unwrap(b.sh, fb, SHARE_FWD_HDR + 64, &out), "a forward with another nonce is refused");
 	uint8_t probe[24] = { 'u', 'r', 'o', 'c', 'e', '-', 'p', 'x', 0, 0, 0, 9 };

@@ -452,7 +452,7 @@ static void serve_until(struct shm_rx *rx, int fd)
 		if (pfd[0].revents)
 			return;
 		if (rx && pfd[1].revents)
-			shm_rx_serve(rx);
+			shm_rx_serve(rx, NULL);
 	}
 }
 
@@ -478,7 +478,7 @@ static bool in_child_serving(bool (*fn)(const uint8_t *gid), const uint8_t gid[1
 			}
 			struct pollfd pfd = { .fd = shm_rx_listen_fd(child_rx), .events = POLLIN };
 			if (poll(&pfd, 1, -1) == 1)
-				shm_rx_serve(child_rx);
+				shm_rx_serve(child_rx, NULL);
 		}
 	}
 	if (*child > 0)
@@ -1044,7 +1044,7 @@ static void test_lingering_fds_to_owner(void)
 	close(sock);
 	unsigned long by_thread = shm_test_foreign_closes();
 	double t0 = now_s();
-	shm_rx_serve(rx);
+	shm_rx_serve(rx, NULL);
 	double took = now_s() - t0;
 	CHECK(reset_seen(peer), "the queued socket was reset by the owner (serve took %.3f s)", took);
 	CHECK(shm_test_foreign_closes() > by_thread, "closed by a thread of its own");
@@ -1306,7 +1306,7 @@ static int accept_fails_wakes(bool hard)
 		if (epoll_wait(ep, &got, 1, 0) != 1)
 			break;
 		wakes++;
-		shm_rx_serve(rx);
+		shm_rx_serve(rx, NULL);
 	}
 	setrlimit(RLIMIT_NOFILE, &old);  /* the soft limit only */
 	close(c);
@@ -1756,7 +1756,7 @@ static void test_fork(void)
 		if (waitpid(child, &status, WNOHANG) == child)
 			break;
 		if (poll(&pfd, 1, 10) == 1)
-			shm_rx_serve(rx);
+			shm_rx_serve(rx, NULL);
 	}
 	pthread_join(t, NULL);
 	close(sq);
