@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -329,7 +330,9 @@ def report(m, rows, a):
                          "target uroce CPU / READ", "app / uroce", "initiator CPU app / uroce",
                          "READ latency median", "p99"])
     out.append("")
-    out += ["5. What the measurement says about the model"] + ["  " + x for x in conclusions(m, ok, pm, pr)]
+    out += ["5. What the measurement says about the model"]
+    for x in conclusions(m, ok, pm, pr):
+        out += textwrap.wrap(x, width=110, initial_indent="  ", subsequent_indent="    ")
     return out
 
 
