@@ -218,6 +218,13 @@ def per_message(row):
         r["sys_kinds"] = [(k[4:], (cc.get(k, 0) + sc.get(k, 0)) / n) for k in UROCE_SYSCALLS
                           if cc.get(k, 0) + sc.get(k, 0)]
         r["retransmits"] = cc.get("retransmits", 0) + sc.get("retransmits", 0)
+        # the path taken, not the one asked for: a rings row whose packets
+        # went by UDP (no private rendezvous directory, an overflow uid...)
+        if row.ns is None and row.env.get("UROCE_SHM") != "0" and r["counted"] and \
+                not cc.get("shm_packets_tx", 0) + sc.get("shm_packets_tx", 0):
+            r["path_note"] = ("no same-host ring was used: the packets went by UDP (the counters shm_dir_refused "
+                              "and shm_region_failed of `uroce stat` say why; an overflow uid such as nobody's "
+                              "gets no rings: docs/architecture.md)")
         rx = cc.get("rx_packets", 0) + sc.get("rx_packets", 0)
         r["rx_by_engine"] = (cc.get("rx_by_engine", 0) + sc.get("rx_by_engine", 0)) / rx if rx else None
     r["stages"] = stages
@@ -226,8 +233,13 @@ def per_message(row):
     r["cpu_uroce_ns"] = both(c, s, "uroce_cpu_ns") / n
     r["vcsw_app"] = both(c, s, "app_vcsw") / n
     r["vcsw_uroce"] = both(c, s, "uroce_vcsw") / n
+    def side_sys(d):
+        """a side's system calls a round trip: the application's threads', uroce's engine's"""
+        k = counters(d)
+        eng = k.get("sys_by_engine", 0)
+        return (sum(k.get(x, 0) for x in UROCE_SYSCALLS) - eng + d["own_syscalls"]) / rounds, eng / rounds
     r["sides"] = [(role, d["app_cpu_ns"] / rounds, d["uroce_cpu_ns"] / rounds, d["app_vcsw"] / rounds,
-                   d["uroce_vcsw"] / rounds) for role, d in (("client", c), ("server", s))]
+                   d["uroce_vcsw"] / rounds) + side_sys(d) for role, d in (("client", c), ("server", s))]
     if c["instr_app"] is not None and s["instr_app"] is not None:
         r["instr_app"] = both(c, s, "instr_app") / n
         r["instr_uroce"] = both(c, s, "instr_uroce") / n
@@ -283,6 +295,9 @@ def report(m, rows, a):
             note += " (%d packets resent)" % p["retransmits"]
         crows.append([r.label, "%.2f" % p["copies"], note])
     out += table(crows, ["path", "copies", "each copy, per message"])
+    for r in ok:
+        if pm[r.label].get("path_note"):
+            out.append("    %s: %s" % (r.label, pm[r.label]["path_note"]))
     out.append("")
 
     out += ["2. CPU per message (sender and receiver together)"] + ["  " + x for x in text["cpu"]]
@@ -306,9 +321,10 @@ def report(m, rows, a):
     out.append("  each side, per round trip (it sends one message and receives one):")
     srows = []
     for r in ok:
-        for role, app, ur, vapp, vur in pm[r.label]["sides"]:
-            srows.append([r.label, role, us(app, 2), us(ur, 2), "%.2f / %.2f" % (vapp, vur)])
-    out += table(srows, ["path", "side", "CPU app", "CPU uroce", "sleeps app / uroce"])
+        for role, app, ur, vapp, vur, sapp, sur in pm[r.label]["sides"]:
+            srows.append([r.label, role, "%.2f / %.2f" % (sapp, sur), us(app, 2), us(ur, 2),
+                          "%.2f / %.2f" % (vapp, vur)])
+    out += table(srows, ["path", "side", "syscalls app / uroce", "CPU app", "CPU uroce", "sleeps app / uroce"])
     out.append("")
 
     out += ["3. End-to-end latency, one message (half a round trip)", "  " + text["latency"][0], "  measured:"]
@@ -327,7 +343,7 @@ def report(m, rows, a):
                       share, "%s / %s" % (us(p["initiator_app_ns"], 2), us(p["initiator_uroce_ns"], 2)),
                       us(p["lat_median_ns"]), us(p["lat_p99_ns"])])
     out += table(rrows, ["path", "target app CPU / READ", "target app syscalls / READ",
-                         "target uroce CPU / READ", "app / uroce", "initiator CPU app / uroce",
+                         "target uroce CPU / READ (a NIC's)", "app / uroce", "initiator CPU app / uroce",
                          "READ latency median", "p99"])
     out.append("")
     out += ["5. What the measurement says about the model"]
@@ -432,8 +448,9 @@ def main():
                 B.ns_teardown(ns[0], ns[1])
     rows += ns_rows
     print("\n".join(report(m, rows, a)))
-    print("\n(%d rows, %.1f s; %d ping-pongs and %d READs of %s bytes a row; veth MTU 1500 between namespaces)"
-          % (len(rows), time.monotonic() - t0, a.iters, a.reads, group(a.size)))
+    print("\n(%d rows, %.1f s; %d ping-pongs and %d READs of %s bytes a row%s)"
+          % (len(rows), time.monotonic() - t0, a.iters, a.reads, group(a.size),
+             "; veth MTU 1500 between namespaces" if ns_rows else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": m, "rows": [{"label": r.label, "transport": r.transport, "wait": r.wait,

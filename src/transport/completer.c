@@ -310,10 +310,6 @@ static void handle_read_response(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		ref_refused(qp, psn);
 		return;
 	}
-	if (pkt->ref) {
-		dev_count(qp->dev, UC_ref_rx, 1);
-		dev_count(qp->dev, UC_ref_bytes_rx, want);
-	}
 	w->resp_bytes += want;
 	uint32_t old_una = qp->comp.una_psn;
 	qp->comp.una_psn = psn_add(w->first_psn, end);

@@ -93,8 +93,15 @@ bool ref_from_peer(const struct uroce_qp *qp, const struct ref_src *ref)
 
 bool pkt_place(struct uroce_dev *dev, const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg)
 {
-	if (pkt->ref)
-		return ref_pull(dev, pkt->ref, seg, nseg);  /* the one copy: ref_bytes_rx, counted by the caller */
+	if (pkt->ref) {
+		/* the one copy, counted where it is made: before the completion
+		 * it leads to, which a reader of the counters may be waiting for */
+		if (!ref_pull(dev, pkt->ref, seg, nseg))
+			return false;
+		dev_count(dev, UC_ref_rx, 1);
+		dev_count(dev, UC_ref_bytes_rx, pkt->ref->len);
+		return true;
+	}
 	place_segs(seg, nseg, pkt->payload);  /* the last byte last (core/place.h) */
 	dev_count(dev, UC_copy_place_bytes, pkt->paylen);
 	return true;

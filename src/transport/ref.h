@@ -134,7 +134,7 @@ struct uroce_pkt;
 /* Places a received packet's payload into seg (resolved and checked by the
  * caller, exactly pkt->paylen bytes), the last byte last: copied from the
  * packet, or pulled from the peer when the packet is a reference (counted:
- * copy_place_bytes, or sys_vm_readv).  False: a reference whose bytes
+ * copy_place_bytes, or sys_vm_readv, ref_rx and ref_bytes_rx).  False: a reference whose bytes
  * could not be read. */
 bool pkt_place(struct uroce_dev *dev, const struct uroce_pkt *pkt, const struct uroce_seg *seg, uint32_t nseg);
 

@@ -559,10 +559,6 @@ void responder_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 		}
 		return;
 	}
-	if (pkt->ref) {
-		dev_count(qp->dev, UC_ref_rx, 1);
-		dev_count(qp->dev, UC_ref_bytes_rx, pkt->paylen);
-	}
 	if (v != RV_OK) {
 		if (qp->type == IBV_QPT_UC) {
 			/* UC has no NAKs: drop the rest of the message (§6.7) */

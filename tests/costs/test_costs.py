@@ -7,6 +7,8 @@ and system calls counted on paths whose counts are known.
     test_costs.py BUILD paths        copies and system calls of TCP, the rings and
                                      loopback UDP at 64 KiB and 4 KiB (one host)
     test_costs.py BUILD namespaces   the same between two namespaces (root; 77: skipped)
+    test_costs.py BUILD unprivileged the one-host rows as an ordinary user (uid 4321,
+                                     by setpriv: root needed to become it; 77: skipped)
     test_costs.py BUILD strace       uroce's sys_* counters against strace's count
                                      of the same calls in the same run, and no
                                      uncounted call (futex aside) growing with
@@ -158,6 +160,30 @@ def test_namespaces(build):
 
 
 # uroce's counters and the system calls each counts (strace's names)
+def test_unprivileged(build):
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
+        print("SKIP: becoming an ordinary user needs root and setpriv")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        js = os.path.join(tmp, "costs.json")
+        r = subprocess.run(["/usr/bin/setpriv", "--reuid=4321", "--regid=4321", "--clear-groups", "env",
+                            "HOME=" + tmp, "PYTHONDONTWRITEBYTECODE=1",
+                            # Debian's: a python of root's own (pyenv) is not the user's to run
+                            "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                            COSTS, "--build", build,
+                            "--iters", str(ITERS), "--reads", str(READS), "--wait", "block", "--json", js],
+                           capture_output=True, text=True, timeout=600)
+        print(r.stdout[-2000:])
+        check(r.returncode == 0, "costs.py ran as uid 4321" + ("" if r.returncode == 0 else ": " + r.stderr[-500:]))
+        check("the rows between two namespaces need root: skipped" in r.stdout,
+              "it says the namespace rows need root")
+        res = json.load(open(js)) if os.path.exists(js) else {"rows": []}
+    check_tcp(res, "TCP, loopback", 65536)
+    check_uroce(res, "uroce, rings", 65536, "rings_ref")
+    check_uroce(res, "uroce, loopback UDP", 65536, "udp")
+
+
 STRACE_KINDS = {"sendmmsg": ["sendmmsg"], "recvmmsg": ["recvmmsg"], "poll": ["epoll_pwait2", "ppoll"],
                 "yield": ["sched_yield"], "vm_readv": ["process_vm_readv"], "sched": ["sched_setscheduler"],
                 "eventfd": ["read", "write"], "other": ["sendto", "pread64", "accept4", "fcntl", "sendmsg"]}
@@ -246,7 +272,8 @@ def test_strace(build):
 
 def main():
     build, what = sys.argv[1], sys.argv[2]
-    {"model": test_model, "paths": test_paths, "namespaces": test_namespaces, "strace": test_strace}[what](build)
+    {"model": test_model, "paths": test_paths, "namespaces": test_namespaces, "strace": test_strace,
+     "unprivileged": test_unprivileged}[what](build)
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1
