@@ -34,7 +34,6 @@ recv, ibv_poll_cq); both (the default) runs each row both ways.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -271,7 +270,7 @@ def table(rows, header):
     return out
 
 
-def report(m, rows, a):
+def report(m, rows):
     out = ["RDMA's costs, measured: one %s-byte message (issue #18; bench/costs.py)" % group(m["size"]), ""]
     text = model_text(m)
     out += text["intro"] + [""]
@@ -447,7 +446,7 @@ def main():
             finally:
                 B.ns_teardown(ns[0], ns[1])
     rows += ns_rows
-    print("\n".join(report(m, rows, a)))
+    print("\n".join(report(m, rows)))
     print("\n(%d rows, %.1f s; %d ping-pongs and %d READs of %s bytes a row%s)"
           % (len(rows), time.monotonic() - t0, a.iters, a.reads, group(a.size),
              "; veth MTU 1500 between namespaces" if ns_rows else ""))

@@ -684,46 +684,39 @@ static void post_send(struct verbs *v, enum ibv_wr_opcode op)
 		fail("ibv_post_send: %s", strerror(rc));
 }
 
+/* One poll of the CQ: completions counted (a receive's replaced); how many */
+static int poll_once(struct verbs *v)
+{
+	struct ibv_wc wc[4];
+	int n = ibv_poll_cq(v->cq, 4, wc);
+	if (n < 0)
+		fail("ibv_poll_cq: %d", n);
+	for (int i = 0; i < n; i++) {
+		if (wc[i].status != IBV_WC_SUCCESS)
+			fail("completion %s (%s)", ibv_wc_status_str(wc[i].status),
+			     wc[i].wr_id == 1 ? "receive" : "send or READ");
+		if (wc[i].wr_id == 1) {
+			v->recvs_done++;
+			post_recv(v);
+		} else {
+			v->sends_done++;
+		}
+	}
+	return n;
+}
+
 /* until `recvs` receives and `sends` sends have completed since the last
  * call: polls, and (--wait=block) sleeps on the completion channel */
 static void reap(struct verbs *v, uint32_t recvs, uint32_t sends)
 {
 	while (v->recvs_done < recvs || v->sends_done < sends) {
-		struct ibv_wc wc[4];
-		int n = ibv_poll_cq(v->cq, 4, wc);
-		if (n < 0)
-			fail("ibv_poll_cq: %d", n);
-		for (int i = 0; i < n; i++) {
-			if (wc[i].status != IBV_WC_SUCCESS)
-				fail("completion %s (%s)", ibv_wc_status_str(wc[i].status),
-				     wc[i].wr_id == 1 ? "receive" : "send or READ");
-			if (wc[i].wr_id == 1) {
-				v->recvs_done++;
-				post_recv(v);
-			} else {
-				v->sends_done++;
-			}
-		}
-		if (n || opt.spin)
+		if (poll_once(v) || opt.spin)
 			continue;
 		/* armed, then polled again: what came before arming is no event */
 		if (ibv_req_notify_cq(v->cq, 0))
 			fail("ibv_req_notify_cq: %s", strerror(errno));
-		n = ibv_poll_cq(v->cq, 4, wc);
-		if (n > 0) {
-			/* handled above on the next round: put none back, poll again */
-			for (int i = 0; i < n; i++) {
-				if (wc[i].status != IBV_WC_SUCCESS)
-					fail("completion %s", ibv_wc_status_str(wc[i].status));
-				if (wc[i].wr_id == 1) {
-					v->recvs_done++;
-					post_recv(v);
-				} else {
-					v->sends_done++;
-				}
-			}
+		if (poll_once(v))
 			continue;
-		}
 		struct ibv_cq *cq;
 		void *cq_ctx;
 		if (ibv_get_cq_event(v->ch, &cq, &cq_ctx))

@@ -90,7 +90,7 @@ static inline void dev_count(struct uroce_dev *dev, enum uroce_counter c, uint64
 
 static inline void dev_count_syscall(struct uroce_dev *dev, enum uroce_counter c)
 {
-	UROCE_COUNT_SYSCALL(dev->stats, c);
+	UROCE_COUNT_SYSCALL(dev->stats, c, 1);
 }
 
 /* QP table (obj/qp.c): QPN = the device's slot << 14 | index (net/share.h); index 0, 1 and 0x3FFF unused so

@@ -230,8 +230,7 @@ static void ring_serve(struct uroce_backend *be)
 			ring_watch(p, i, true);
 		unsigned accepts;
 		int rc = shm_rx_serve(p->rx[i], &accepts);
-		for (unsigned k = 0; k < accepts; k++)
-			UROCE_COUNT_SYSCALL(p->stats, UC_sys_other);
+		UROCE_COUNT_SYSCALL(p->stats, UC_sys_other, accepts);
 		if (rc < 0) {
 			ring_watch(p, i, false);
 			UROCE_COUNT(p->stats, UC_shm_serve_stalled, 1);

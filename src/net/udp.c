@@ -58,13 +58,13 @@
  * retransmission recovers it (counted: tx_full). */
 static int sys_sendmmsg(struct uroce_stats_page *stats, int fd, struct mmsghdr *mm, unsigned n)
 {
-	UROCE_COUNT_SYSCALL(stats, UC_sys_sendmmsg);
+	UROCE_COUNT_SYSCALL(stats, UC_sys_sendmmsg, 1);
 	return (int)syscall(SYS_sendmmsg, fd, mm, n, MSG_DONTWAIT);
 }
 
 static int sys_recvmmsg(struct uroce_stats_page *stats, int fd, struct mmsghdr *mm, unsigned n)
 {
-	UROCE_COUNT_SYSCALL(stats, UC_sys_recvmmsg);
+	UROCE_COUNT_SYSCALL(stats, UC_sys_recvmmsg, 1);
 	return (int)syscall(SYS_recvmmsg, fd, mm, n, MSG_DONTWAIT, NULL);
 }
 
@@ -337,8 +337,7 @@ static void rx_hdr_reset(struct udp_priv *p, int i)
  * 0 nobody to send it to) with `calls` system calls, counted. */
 static void share_count(struct uroce_stats_page *stats, int f, uint32_t len, unsigned calls)
 {
-	for (unsigned i = 0; i < calls; i++)
-		UROCE_COUNT_SYSCALL(stats, UC_sys_other);
+	UROCE_COUNT_SYSCALL(stats, UC_sys_other, calls);
 	if (f != 0)
 		UROCE_COUNT(stats, UC_copy_forward_bytes, len);
 	UROCE_COUNT(stats, f > 0 ? UC_share_forwarded : f == 0 ? UC_share_unowned : UC_share_forward_failed, 1);
@@ -592,7 +591,7 @@ static int udp_doorbell(struct uroce_backend_flow *f, const uint8_t dgid[16], un
 	memcpy(d, doorbell_magic, 8);
 	d[8] = (uint8_t)(slot >> 24), d[9] = (uint8_t)(slot >> 16), d[10] = (uint8_t)(slot >> 8), d[11] = (uint8_t)slot;
 	gid_to_sockaddr(dgid, ROCE_UDP_PORT, &ss, &sl);
-	UROCE_COUNT_SYSCALL(f->stats, UC_sys_other);
+	UROCE_COUNT_SYSCALL(f->stats, UC_sys_other, 1);
 	ssize_t r = sendto(f->sock->fd, d, sizeof(d), 0, (struct sockaddr *)&ss, sl);
 	return r > 0 ? 0 : r < 0 ? -errno : -EIO;
 }
@@ -867,7 +866,7 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	for (int i = 0; i < nmc; i++)
 		pfd[nfd++] = (struct pollfd){ .fd = atomic_load_explicit(&p->mc_fd[i], memory_order_relaxed),
 					      .events = POLLIN };
-	UROCE_COUNT_SYSCALL(p->stats, UC_sys_poll);
+	UROCE_COUNT_SYSCALL(p->stats, UC_sys_poll, 1);
 	long n = syscall(SYS_ppoll, pfd, (unsigned long)nfd, &zero, NULL, 8ul);  /* 8: the kernel's sigset; an error: let recv find out */
 	for (int i = p->cfg->ngids; n > 0 && i < nfd; i++)
 		if (pfd[i].revents)

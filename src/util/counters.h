@@ -121,14 +121,14 @@ extern const char *const uroce_counter_help[UC__COUNT];
  * system calls counted below are told apart by who made them. */
 extern _Thread_local _Bool uroce_engine_thread;
 
-/* One system call of kind c (a UC_sys_* counter) made by uroce's code:
- * bench/costs.py reads these per message, and tests/bench checks them
+/* n system calls of kind c (a UC_sys_* counter) made by uroce's code:
+ * bench/costs.py reads these per message, and tests/costs checks them
  * against strace's count of the same calls. */
-#define UROCE_COUNT_SYSCALL(page, c) \
+#define UROCE_COUNT_SYSCALL(page, c, n) \
 	do { \
-		UROCE_COUNT(page, c, 1); \
+		UROCE_COUNT(page, c, (n)); \
 		if (uroce_engine_thread) \
-			UROCE_COUNT(page, UC_sys_by_engine, 1); \
+			UROCE_COUNT(page, UC_sys_by_engine, (n)); \
 	} while (0)
 
 #endif
