@@ -6,12 +6,16 @@
 # completions runs no receive path of its own -- while the polls make a
 # spin, which keeps the engine off the sockets.  The peer's 20,000 WRITEs
 # must have been received (rx_packets, printed at exit by UROCE_STATS=1),
-# all but at most 5%: UC resends nothing, so a WRITE that finds the
+# all but at most 20%: UC resends nothing, so a WRITE that finds the
 # receiver's socket full is lost, and on a loaded 2-core machine a receiver
-# that does run is still descheduled now and then while both sides stream
-# (CI runs lost 0.1-0.8%, in about one run of five).  Polls that never
-# receive lost 7,000-17,000 (35-85%) before issue #14's fix: the bound is
-# far from either.
+# that does run is still descheduled now and then while both sides stream,
+# for a scheduler slice or so: a socket's worth of WRITEs (~2,000) is lost
+# then.  In 40 alternating runs on 2026-12-06 (20 with the library of
+# 251c857, 20 of 876b9cd) 3 lost more than 5%, the worst 2,164 (11%), as
+# many with either; 18 more runs of 876b9cd lost at worst 2,636 (13%), and
+# a CI run 1,702.
+# Polls that never receive lost 7,000-17,000 (35-85%) before issue #14's
+# fix: the bound stays far from that.
 #   poll_found_receives.sh LAUNCHER
 set -u
 launcher=$1
@@ -33,8 +37,8 @@ src=$?
 rc=0
 for side in server client; do
 	rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/$side")
-	if [ "${rx:-0}" -lt $((n - n / 20)) ]; then
-		echo "not ok: the $side received ${rx:-0} of the peer's $n WRITEs (at least $((n - n / 20)) must come)"
+	if [ "${rx:-0}" -lt $((n - n / 5)) ]; then
+		echo "not ok: the $side received ${rx:-0} of the peer's $n WRITEs (at least $((n - n / 5)) must come)"
 		rc=1
 	else
 		echo "ok: the $side received ${rx:-0} of the peer's $n WRITEs"
