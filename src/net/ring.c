@@ -149,18 +149,21 @@ static int ring_recv(struct uroce_backend *be, struct uroce_rxpkt *pkts, int max
 		if (!shm_rx_active(p->rx[k]))
 			continue;
 		uint64_t bad = 0;
+		unsigned calls = 0;
 		int room = max - got;
 		if (room <= 0) {
 			*more = true;
 			break;
 		}
-		int r = shm_rx_poll(p->rx[k], pkts + got, room, more, &bad);
+		int r = shm_rx_poll(p->rx[k], pkts + got, room, more, &bad, &calls);
 		*busy = true;
 		got += r;
 		if (r)  /* an empty poll (most of them) touches no counter */
 			UROCE_COUNT(p->stats, UC_shm_packets_rx, (uint64_t)r);
 		if (bad)
 			UROCE_COUNT(p->stats, UC_shm_bad, bad);
+		if (calls)
+			UROCE_COUNT_SYSCALL(p->stats, UC_sys_other, calls);
 	}
 	return got;
 }

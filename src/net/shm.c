@@ -1188,8 +1188,11 @@ static bool ring_record_waits(const struct shm_rx *rx, unsigned i, const uint8_t
 }
 
 #define REAP_NS 4000000ull  /* every 4 ms of polls, however few (a poller polls only when something may be there) */
-static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
+/* Returns the fcntl calls it made (ring_held), for sys_other. */
+static unsigned reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 {
+	unsigned calls = 0;
+
 	for (unsigned i = 0; i < SHM_RINGS; i++) {
 		if (!(mask & (1u << i)))
 			continue;
@@ -1198,9 +1201,13 @@ static void reap_dead_producers(struct shm_rx *rx, uint32_t mask)
 		 * may take it over once they are taken (ring_claim) */
 		if (ring_record_waits(rx, i, (const uint8_t *)rx->r + SHM_HDR_BYTES + (size_t)i * SHM_RING_BYTES))
 			continue;
-		if (o && !ring_held(rx->fd, i))
+		if (!o)
+			continue;
+		calls++;
+		if (!ring_held(rx->fd, i))
 			atomic_compare_exchange_strong(&rx->r->ring[i].owner, &o, 0);
 	}
+	return calls;
 }
 
 /* Ring i gave nothing this time: if its producer has given it back and
@@ -1222,7 +1229,7 @@ static void ring_release_if_done(struct shm_rx *rx, unsigned i, const uint8_t *r
 		atomic_fetch_or(&rx->r->ring_mask, 1u << i);
 }
 
-static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
+static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad, unsigned *calls)
 {
 	uint32_t mask = atomic_load_explicit(&rx->r->ring_mask, memory_order_acquire);
 	int got = 0;
@@ -1233,7 +1240,9 @@ static int rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *m
 	uint64_t now = mono_ns();
 	if (now - rx->reaped_ns >= REAP_NS) {
 		rx->reaped_ns = now;
-		reap_dead_producers(rx, mask);
+		unsigned n = reap_dead_producers(rx, mask);
+		if (calls)
+			*calls += n;
 	}
 	if (mask & ~rx->populated) {
 		for (unsigned i = 0; i < SHM_RINGS; i++)
@@ -1334,11 +1343,11 @@ bool shm_rx_ready(struct shm_rx *rx)
 	return false;
 }
 
-int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad)
+int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad, unsigned *calls)
 {
 	if (rx->pid != shm_self())
 		return 0;  /* a forked child's copy (shm_rx_active) */
-	return rx_poll(rx, pkts, max, more, bad);
+	return rx_poll(rx, pkts, max, more, bad, calls);
 }
 
 /* A ring of the region open at fd, its pages allocated (memory that runs

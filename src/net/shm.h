@@ -68,8 +68,10 @@ bool shm_dir_refused(void);
 bool shm_rx_active(struct shm_rx *rx);
 /* Up to max packets, each copied out of its ring into the region's private
  * receive buffers (a sender must not change a packet under validation);
- * *more is set when a ring holds more.  Counts packets that were not. */
-int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad);
+ * *more is set when a ring holds more.  Counts packets that were not, and
+ * adds the system calls it made to *calls (NULL: not wanted): a look,
+ * every few ms, at rings whose producer may have died. */
+int shm_rx_poll(struct shm_rx *rx, struct uroce_rxpkt *pkts, int max, bool *more, uint64_t *bad, unsigned *calls);
 /* The engine is about to sleep on the sockets (true) or has woken.  After
  * `true` the caller polls the rings once more before it sleeps. */
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping);

@@ -93,7 +93,7 @@
 	X(sys_yield, "sched_yield system calls of a spinning engine") \
 	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled") \
 	X(sys_sched, "sched_setscheduler system calls: a real-time engine spinning as an ordinary thread and back") \
-	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, looks for same-host rendezvous (accept4)") \
+	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, looks for same-host rendezvous (accept4), ring producers' liveness (fcntl)") \
 	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls)") \
 	X(copy_to_kernel_bytes, "message payload bytes given to sendmmsg: the kernel copies them from registered memory (one copy)") \
 	X(copy_from_kernel_bytes, "message payload bytes recvmmsg copied from the kernel into packet buffers") \

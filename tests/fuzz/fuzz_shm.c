@@ -187,7 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		default: { /* the consumer polls */
 			bool more = false;
 			int max = 1 + u8(&in) % 64;
-			int n = shm_rx_poll(rx, pkts, max, &more, &bad);
+			int n = shm_rx_poll(rx, pkts, max, &more, &bad, NULL);
 			if (n < 0 || n > max)
 				die("poll returned more than asked");
 			for (int i = 0; i < n; i++) {

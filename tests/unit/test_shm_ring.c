@@ -112,7 +112,7 @@ static bool got_one(struct shm_rx *rx, uint32_t seq, uint32_t len)
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
 	bool more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	return n == 1 && pkts[0].len == len && matches(pkts[0].buf, len, seq);
 }
 
@@ -198,7 +198,7 @@ static void test_order_and_wrap(void)
 		do {
 			uint64_t bad = 0;
 			more = false;
-			int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+			int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 			CHECK(bad == 0, "nothing malformed");
 			for (int i = 0; i < n; i++, got++) {
 				if (pkts[i].len != len_of(got) || !matches(pkts[i].buf, pkts[i].len, got) ||
@@ -231,9 +231,9 @@ static void test_order_and_wrap(void)
 	CHECK(shm_rx_active(rx), "a given-back ring is read until drained");
 	uint64_t bad = 0;
 	bool more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 2, "the two records sent before the ring was given back are delivered (%d)", n);
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 0 && !shm_rx_active(rx), "then the ring is free (%d)", n);
 	tx = attach(gid_a);
 	CHECK(tx, "ring claimed again");
@@ -350,7 +350,7 @@ static void test_calls_appear_whole(void)
 	while (got < 2 * a.pairs) {
 		uint64_t bad = 0;
 		bool more = false;
-		int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+		int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 		halves += n % 2;
 		for (int i = 0; i < n; i++, got++)
 			if (!matches(pkts[i].buf, pkts[i].len, got)) {
@@ -390,7 +390,7 @@ static void test_hostile_producer(void)
 	rec.seq = 1; rec.len = 1u << 30; rec.units = 200;
 	memcpy(ring, &rec, sizeof(rec));
 	bad = 0; more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 1 && pkts[0].len == 0 && bad == 1, "huge length: dropped as truncated and counted (n %d len %u bad %llu)",
 	      n, n ? pkts[0].len : 0, (unsigned long long)bad);
 	/* 2: a record running past the ring's end */
@@ -398,15 +398,15 @@ static void test_hostile_producer(void)
 	rec.seq = 201; rec.len = 20; rec.units = 40000;
 	memcpy(ring + 200 * 64, &rec, sizeof(rec));
 	bad = 0;
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 0 && bad == 1, "record past the ring end: refused (n %d bad %llu)", n, (unsigned long long)bad);
 	bad = 0;
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 0 && bad == 0, "the broken ring is not read again (n %d bad %llu)", n, (unsigned long long)bad);
 	/* 3: given back, the ring is free; claimed anew, it works; zero units
 	 * break it again */
 	shm_tx_detach(tx);
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(!shm_rx_active(rx), "a broken ring given back is freed");
 	tx = attach(gid);
 	CHECK(tx, "and claimed again");
@@ -418,12 +418,12 @@ static void test_hostile_producer(void)
 	rec.seq = 201 + 1; rec.len = 20; rec.units = 0; /* the next record: after the 1-unit one at 200 */
 	memcpy(ring + 201 * 64, &rec, sizeof(rec));
 	bad = 0;
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 0 && bad == 1, "zero-unit record: refused (n %d bad %llu)", n, (unsigned long long)bad);
 	/* 4: a skip record short of the ring's end (a producer chaining them
 	 * would hold the consumer) */
 	shm_tx_detach(tx);
-	shm_rx_poll(rx, pkts, 64, &more, &bad);
+	shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	tx = attach(gid);
 	CHECK(tx, "claimed once more");
 	if (!tx)
@@ -431,7 +431,7 @@ static void test_hostile_producer(void)
 	rec.units = 1; rec.len = 0;
 	memcpy(ring + 201 * 64, &rec, sizeof(rec));
 	bad = 0;
-	n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 0 && bad == 1, "skip record inside the ring: refused (n %d bad %llu)", n, (unsigned long long)bad);
 	munmap(map, maplen);
 	shm_tx_detach(tx);
@@ -1447,7 +1447,7 @@ static void poll_for(struct shm_rx *rx, struct uroce_rxpkt *pkts, int ms, bool u
 	uint64_t bad = 0;
 	bool more = false;
 	for (int i = 0; i < ms * 5 && !(until_inactive && !shm_rx_active(rx)); i++) {
-		shm_rx_poll(rx, pkts, 64, &more, &bad);
+		shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 		usleep(200);
 	}
 }
@@ -1497,7 +1497,7 @@ static void test_fork_parent_dies(void)
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
 	bool more = false;
-	CHECK(shm_rx_poll(rx, pkts, 64, &more, &bad) == 1, "its packet");
+	CHECK(shm_rx_poll(rx, pkts, 64, &more, &bad, NULL) == 1, "its packet");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	poll_for(rx, pkts, 2000, true);
@@ -1549,7 +1549,7 @@ static void test_dead_producer(void)
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
 	bool more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 2 && matches(pkts[0].buf, 30, 9), "the dead producer's packets are delivered (%d)", n);
 	tx = attach(gid);
 	ours = false;
@@ -1620,7 +1620,7 @@ static void test_dead_producer_reaped(void)
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
 	bool more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 2, "its packets are delivered (%d)", n);
 	CHECK(shm_rx_active(rx), "its ring still looks claimed");
 	poll_for(rx, pkts, 2000, true);
@@ -1742,7 +1742,7 @@ static void test_fork(void)
 		static struct uroce_rxpkt cp[64];
 		uint64_t cbad = 0;
 		bool cmore = false;
-		if (shm_rx_poll(rx, cp, 64, &cmore, &cbad) != 0 || shm_rx_active(rx))
+		if (shm_rx_poll(rx, cp, 64, &cmore, &cbad, NULL) != 0 || shm_rx_active(rx))
 			rc |= 8;  /* the child consumed the parent's region */
 		shm_tx_detach(tx);
 		shm_tx_detach(mine);
@@ -1766,7 +1766,7 @@ static void test_fork(void)
 	static struct uroce_rxpkt pkts[64];
 	uint64_t bad = 0;
 	bool more = false;
-	int n = shm_rx_poll(rx, pkts, 64, &more, &bad);
+	int n = shm_rx_poll(rx, pkts, 64, &more, &bad, NULL);
 	CHECK(n == 1 && matches(pkts[0].buf, 50, 3), "the child's own packet (%d)", n);
 	/* past a reaping round: a ring whose lock was dropped would be given back */
 	poll_for(rx, pkts, 20, false);
