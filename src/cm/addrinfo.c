@@ -65,8 +65,10 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 		ah.ai_socktype = SOCK_STREAM;
 		ah.ai_protocol = IPPROTO_TCP;
 	}
-	if (!node && !service && !(hints && (hints->ai_src_addr || hints->ai_dst_addr)))
-		return EAI_NONAME;
+	if (!node && !service && !hints) {
+		errno = EINVAL; /* librdmacm's ERR(EINVAL) */
+		return -1;
+	}
 	if ((node || service) && (rc = getaddrinfo(node, service, &ah, &ai)))
 		return rc;
 
@@ -94,12 +96,16 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 		if (ai->ai_canonname)
 			r->ai_dst_canonname = strdup(ai->ai_canonname);
 	}
-	if (hints && !(r->ai_flags & RAI_PASSIVE) && hints->ai_src_addr && hints->ai_src_len) {
+	/* librdmacm 44 (addrinfo.c rdma_getaddrinfo): the hints' source when
+	 * the name gave none, passive or not -- libfabric's ofi_rxm asks for
+	 * its msg endpoints' address by hints alone, RAI_PASSIVE, and binds
+	 * what comes back; the hints' destination when there is no name */
+	if (hints && !r->ai_src_addr && hints->ai_src_addr && hints->ai_src_len) {
 		r->ai_src_addr = addr_copy(hints->ai_src_addr, hints->ai_src_len);
 		r->ai_src_len = hints->ai_src_len;
 		ok = ok && r->ai_src_addr;
 	}
-	if (hints && hints->ai_dst_addr && hints->ai_dst_len && !r->ai_dst_addr && !(r->ai_flags & RAI_PASSIVE)) {
+	if (hints && hints->ai_dst_addr && hints->ai_dst_len && !r->ai_dst_addr && (!(r->ai_flags & RAI_PASSIVE) || !ai)) {
 		r->ai_dst_addr = addr_copy(hints->ai_dst_addr, hints->ai_dst_len);
 		r->ai_dst_len = hints->ai_dst_len;
 		ok = ok && r->ai_dst_addr;

@@ -9,7 +9,12 @@
 #define UROCE_MAX_QP_WR 16384
 #define UROCE_MAX_SGE 32
 #define UROCE_MAX_INLINE 512
-#define UROCE_MAX_CQE 65536
+/* ConnectX's (mlx5: 2^22 - 1), not rxe's 32767: libfabric's ofi_rxm sizes
+ * its msg CQ by its universe, (rx + tx) x 1024 = 786,432 entries by
+ * default, which rxe refuses (fi_enable EINVAL, seen on ../shared/rxe-vm)
+ * and a NIC takes.  A CQ's ring is anonymous memory, paid for as its
+ * entries are first written. */
+#define UROCE_MAX_CQE 4194303
 #define UROCE_MAX_CQ 16384
 #define UROCE_MAX_MR 65536
 #define UROCE_MAX_PD 16384

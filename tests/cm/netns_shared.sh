@@ -10,7 +10,7 @@
 #     SHIM: tests/interop/cm_connect_delay.c (perftest -R's own race)
 #     RPMA_PAIR: tests/cm/rpma_pair.c's program, or - without librpma
 #     SET: a  rping, ucmatose, udaddy, ib_write_bw -R
-#          b  fi_pingpong -e dgram, fio's rdma engine, librpma
+#          b  fi_pingpong -e msg and -e dgram, fio's rdma engine, librpma
 #          c  rdma_server/rdma_client, rstream, riostream, cmtime
 #          d  ib_send_bw, ib_send_lat, ib_read_bw, ib_read_lat -R
 #          e  ib_atomic_bw, ib_atomic_lat, ib_write_lat -R
@@ -33,16 +33,10 @@ a) pairs=("rping|rping -s -a @A@ -p 7001 -v -C 1000|rping -c -a @A@ -p 7001 -v -
 	  "ucmatose|ucmatose -c 50|ucmatose -s @A@ -c 50"
 	  "udaddy|udaddy|udaddy -s @A@"
 	  "$(perf ib_write_bw 18601)") ;;
-# fi_pingpong -e msg is not among them: its server's endpoint binds
-# "localhost" (libfabric's verbs provider, given no node) and sends that
-# name to the client by its control socket, so the client's REQ goes to its
-# own namespace's 127.0.0.1 and times out (seen: nothing reached NS_A); the
-# kernel's rdma_cm would not match a REQ for another address to a listener
-# bound to 127.0.0.1 either (cma_match_private_data).  Debian 12's
-# fi_pingpong (libfabric 1.17) has no option for the server's address
-# (later libfabric's takes -s).  cm_fi_pingpong runs it in one namespace.
-# -e dgram sends the endpoint's GID and QPN.
+# fi_pingpong's msg server names its endpoint by the interface's address
+# (fi_pingpong.sh says why); -e dgram sends the endpoint's GID and QPN.
 b) pairs=("fi_dgram|fi_pingpong -p verbs -e dgram -B 9302 -I 1000 -S 1024 -c|fi_pingpong -p verbs -e dgram -P 9302 -I 1000 -S 1024 -c @A@"
+	  "fi_msg|fi_pingpong -p verbs -e msg -B 9303 -I 1000 -S 4096 -c|fi_pingpong -p verbs -e msg -P 9303 -I 1000 -S 4096 -c @A@"
 	  "fio|fio --name=srv --ioengine=rdma --port=5555 --rw=read --bs=64k --size=32m|fio --name=cli --ioengine=rdma --hostname=@A@ --port=5555 --verb=write --rw=write --bs=64k --size=32m")
    [ "$RPMA" != - ] && pairs+=("rpma|$RPMA server @A@ 7701|$RPMA client @A@ 7701") ;;
 c) pairs=("rdma_server|rdma_server -s @A@ -p 7471|rdma_client -s @A@ -p 7471"

@@ -1,0 +1,183 @@
+/* rdma_cm's address rules where uroce follows the kernel and librdmacm,
+ * run under uroce with an address that is not 127.0.0.1 (UROCE_ADDR):
+ *  - a loopback address no device has binds as the wildcard (the kernel's
+ *    cma_any_addr): the bind succeeds, no device is attached, the id still
+ *    names the address, and a listener on it hears a connect to the
+ *    device's own address;
+ *  - an address neither ours nor loopback is refused with ENODEV;
+ *  - rdma_getaddrinfo without a name takes the hints' source, passive or
+ *    not, and refuses no name, no service and no hints with EINVAL
+ *    (librdmacm 44 addrinfo.c).
+ *   cm_loopback OUR_IPV4 */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c, ...) \
+	do { \
+		bool ok_ = (c); \
+		printf("%s ", ok_ ? "ok  " : "FAIL"); \
+		printf(__VA_ARGS__); \
+		printf("\n"); \
+		if (!ok_) \
+			failures++; \
+	} while (0)
+
+static struct sockaddr_in sin_of(const char *ip, uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	return a;
+}
+
+/* The next event of ch, which must be `want` (acked; its id in *id). */
+static bool expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want, struct rdma_cm_id **id)
+{
+	struct rdma_cm_event *e;
+	if (rdma_get_cm_event(ch, &e)) {
+		printf("     rdma_get_cm_event: %s\n", strerror(errno));
+		return false;
+	}
+	bool ok = e->event == want;
+	if (!ok)
+		printf("     got %s (status %d), wanted %s\n", rdma_event_str(e->event), e->status, rdma_event_str(want));
+	if (id)
+		*id = e->id;
+	rdma_ack_cm_event(e);
+	return ok;
+}
+
+static void test_getaddrinfo(const char *ours)
+{
+	struct sockaddr_in src = sin_of(ours, 0);
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP,
+				       .ai_src_addr = (struct sockaddr *)&src, .ai_src_len = sizeof(src) };
+	struct rdma_addrinfo *res = NULL;
+	int rc = rdma_getaddrinfo(NULL, NULL, &hints, &res);
+	CHECK(rc == 0 && res && res->ai_src_addr && res->ai_src_len == sizeof(src) &&
+		      !memcmp(&((struct sockaddr_in *)res->ai_src_addr)->sin_addr, &src.sin_addr, 4),
+	      "rdma_getaddrinfo(NULL, NULL, passive hints with a source): the hints' source (rc %d)", rc);
+	if (!rc)
+		rdma_freeaddrinfo(res);
+	errno = 0;
+	rc = rdma_getaddrinfo(NULL, NULL, NULL, &res);
+	CHECK(rc == -1 && errno == EINVAL, "rdma_getaddrinfo(NULL, NULL, NULL): -1 EINVAL (rc %d, %s)", rc,
+	      strerror(errno));
+}
+
+static void test_bind(const char *ours)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in a;
+
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return;
+	}
+	a = sin_of("127.0.0.1", 0);
+	int rc = rdma_bind_addr(id, (struct sockaddr *)&a);
+	struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(id);
+	CHECK(rc == 0, "bind 127.0.0.1, no device's address: bound as the wildcard (%s)", rc ? strerror(errno) : "0");
+	CHECK(rc == 0 && !id->verbs, "... with no device attached (id->verbs %p)", (void *)id->verbs);
+	CHECK(rc == 0 && l->sin_family == AF_INET && l->sin_addr.s_addr == htonl(INADDR_LOOPBACK) && l->sin_port,
+	      "... and the id names 127.0.0.1 with a port (%s:%u)", inet_ntoa(l->sin_addr), ntohs(l->sin_port));
+	rdma_destroy_id(id);
+
+	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	a = sin_of("127.3.2.1", 0);
+	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
+	CHECK(rc == 0 && !id->verbs, "bind 127.3.2.1: all of 127/8 is loopback (%s)", rc ? strerror(errno) : "0");
+	rdma_destroy_id(id);
+
+	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	a = sin_of("192.0.2.77", 0);
+	errno = 0;
+	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
+	CHECK(rc == -1 && errno == ENODEV, "bind 192.0.2.77, neither ours nor loopback: ENODEV (%s)", strerror(errno));
+	rdma_destroy_id(id);
+
+	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	a = sin_of(ours, 0);
+	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
+	CHECK(rc == 0 && id->verbs, "bind %s, the device's address: the device attached", ours);
+	rdma_destroy_id(id);
+}
+
+/* A listener bound to 127.0.0.1 hears a connect to our own address, and
+ * the connection is established. */
+static void test_listen_connect(const char *ours)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid, *cid, *child = NULL, *id;
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+						.max_recv_sge = 1 }, .qp_type = IBV_QPT_RC };
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
+
+	if (!ch || rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) || rdma_create_id(ch, &cid, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "event channel and ids: %s", strerror(errno));
+		return;
+	}
+	struct sockaddr_in a = sin_of("127.0.0.1", 0);
+	bool ok = !rdma_bind_addr(lid, (struct sockaddr *)&a) && !rdma_listen(lid, 4);
+	uint16_t port = ntohs(rdma_get_src_port(lid));
+	CHECK(ok && port, "listen on 127.0.0.1, port %u", port);
+	struct sockaddr_in dst = sin_of(ours, port);
+	ok = ok && !rdma_resolve_addr(cid, NULL, (struct sockaddr *)&dst, 2000) &&
+	     expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) && !rdma_resolve_route(cid, 2000) &&
+	     expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL) && !rdma_create_qp(cid, NULL, &qa) &&
+	     !rdma_connect(cid, &cp);
+	CHECK(ok, "a client resolves %s:%u and connects", ours, port);
+	ok = ok && expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &child) && child != cid;
+	CHECK(ok, "the listener on 127.0.0.1 hears the request for %s", ours);
+	ok = ok && !rdma_create_qp(child, NULL, &qa) && !rdma_accept(child, &cp);
+	/* both ends' ESTABLISHED, in either order */
+	int est = 0;
+	for (int i = 0; ok && i < 2; i++)
+		if (expect(ch, RDMA_CM_EVENT_ESTABLISHED, &id) && (id == cid || id == child))
+			est++;
+	CHECK(est == 2, "both ends established (%d of 2)", est);
+	if (ok && child) {
+		struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(child);
+		CHECK(l->sin_addr.s_addr == dst.sin_addr.s_addr, "the accepted id names the address connected to (%s)",
+		      inet_ntoa(l->sin_addr));
+	}
+	if (est == 2) {
+		/* the passive end answers the DREQ by its own rdma_disconnect, as rping does */
+		int disc = 0;
+		rdma_disconnect(cid);
+		for (int i = 0; i < 2; i++)
+			if (expect(ch, RDMA_CM_EVENT_DISCONNECTED, &id) && (id == cid || id == child)) {
+				disc++;
+				if (id == child)
+					rdma_disconnect(child);
+			}
+		CHECK(disc == 2, "both ends disconnected (%d of 2)", disc);
+	}
+	if (child) {
+		rdma_destroy_qp(child);
+		rdma_destroy_id(child);
+	}
+	if (cid->qp)
+		rdma_destroy_qp(cid);
+	rdma_destroy_id(cid);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: cm_loopback OUR_IPV4\n");
+		return 2;
+	}
+	test_getaddrinfo(argv[1]);
+	test_bind(argv[1]);
+	test_listen_connect(argv[1]);
+	printf("%s\n", failures ? "FAIL" : "PASS");
+	return failures ? 1 : 0;
+}
