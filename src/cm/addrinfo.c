@@ -79,7 +79,10 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	}
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	r->ai_family = ai ? ai->ai_family : hints->ai_family;
-	bool stream = ai ? ai->ai_socktype != SOCK_DGRAM : true;
+	/* without a name, what the hints say (librdmacm copies them as they are) */
+	bool stream = ai ? ai->ai_socktype != SOCK_DGRAM
+			 : !(hints->ai_qp_type == IBV_QPT_UD || hints->ai_port_space == RDMA_PS_UDP ||
+			     hints->ai_port_space == RDMA_PS_IPOIB);
 	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : stream ? IBV_QPT_RC : IBV_QPT_UD;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : stream ? RDMA_PS_TCP : RDMA_PS_UDP;
 	bool ok = true;

@@ -260,24 +260,6 @@ static bool addr_is_any(const struct sockaddr *a)
 	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
-/* The kernel's rdma_cm binds a loopback address as it binds the wildcard
- * (cma_any_addr: zero or loopback): no device is acquired (id->verbs stays
- * NULL), a listener hears requests for every address, and
- * rdma_get_local_addr still names the loopback address.  Seen on the
- * kernel's rxe (../shared/rxe-vm): `rping -s -a 127.0.0.1` listens, and
- * libfabric 1.17's verbs provider, whose msg server binds "localhost"
- * when given no node, then takes its addresses from the interfaces
- * (prov/verbs vrb_fill_addr) and is reached from another host.  Here a
- * loopback address may also be one of uroce0's own GIDs (the automatic
- * 127.64/10 ones, a UROCE_ADDR of 127.x): such an address binds to it as
- * any device address does; only one no device has is the wildcard. */
-static bool addr_is_loopback(const struct sockaddr *a)
-{
-	if (a->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
-	return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
-}
-
 static socklen_t addr_len(const struct sockaddr *a)
 {
 	return a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
@@ -363,10 +345,22 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		return fail(rc);
 	struct cm_id *c = to_cmid(id);
 	pthread_mutex_lock(&cm.lock);
+	/* The kernel's rdma_cm binds a loopback address as it binds the wildcard
+	 * (cma_any_addr: zero or loopback): no device is acquired (id->verbs stays
+	 * NULL), a listener hears requests for every address, and
+	 * rdma_get_local_addr still names the loopback address.  Seen on the
+	 * kernel's rxe (../shared/rxe-vm): `rping -s -a 127.0.0.1` listens, and
+	 * libfabric 1.17's verbs provider, whose msg server binds "localhost"
+	 * when given no node, then takes its addresses from the interfaces
+	 * (prov/verbs vrb_fill_addr) and is reached from another host.  Here a
+	 * loopback address may also be one of uroce0's own GIDs (the automatic
+	 * 127.64/10 ones, a UROCE_ADDR of 127.x): such an address binds to it as
+	 * any device address does; only one no device has is the wildcard
+	 * (gid_is_loopback). */
 	int gi = addr_is_any(addr) ? -1 : cm_gid_index(gid);
 	if (c->state != ID_IDLE)
 		rc = EINVAL;
-	else if (gi < 0 && !addr_is_any(addr) && !addr_is_loopback(addr))
+	else if (gi < 0 && !addr_is_any(addr) && !gid_is_loopback(gid))
 		rc = ENODEV; /* no RDMA device has the address (the kernel's cma_acquire_dev) */
 	else
 		rc = bind_locked(c, addr, gi, port);

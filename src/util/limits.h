@@ -12,8 +12,10 @@
 /* ConnectX's (mlx5: 2^22 - 1), not rxe's 32767: libfabric's ofi_rxm sizes
  * its msg CQ by its universe, (rx + tx) x 1024 = 786,432 entries by
  * default, which rxe refuses (fi_enable EINVAL, seen on ../shared/rxe-vm)
- * and a NIC takes.  A CQ's ring is anonymous memory, paid for as its
- * entries are first written. */
+ * and a NIC takes.  A CQ's ring is anonymous memory that completions
+ * touch as they cycle through it (core/cq_ring.c): a CQ of N entries
+ * costs N x sizeof(struct ibv_wc) once N completions have passed, as a
+ * NIC's costs its N entries at once. */
 #define UROCE_MAX_CQE 4194303
 #define UROCE_MAX_CQ 16384
 #define UROCE_MAX_MR 65536

@@ -20,6 +20,13 @@ static inline bool gid_is_multicast(const uint8_t gid[16])
 {
 	return gid_is_ipv4(gid) ? (gid[12] & 0xF0) == 0xE0 : gid[0] == 0xFF;
 }
+/* A loopback GID: an IPv4-mapped 127.0.0.0/8 address or ::1, as the
+ * kernel's cma_loopback_addr. */
+static inline bool gid_is_loopback(const uint8_t gid[16])
+{
+	static const uint8_t one[16] = { [15] = 1 };
+	return gid_is_ipv4(gid) ? gid[12] == 127 : !memcmp(gid, one, 16);
+}
 /* An IPv4 or IPv6 address in text as a GID; -1 if it is neither. */
 int gid_parse(const char *s, uint8_t gid[16]);
 /* The GID's address as text (dotted quad for IPv4-mapped ones). */

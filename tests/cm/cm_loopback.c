@@ -11,6 +11,7 @@
  *   cm_loopback OUR_IPV4 */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -39,6 +40,12 @@ static struct sockaddr_in sin_of(const char *ip, uint16_t port)
 static bool expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want, struct rdma_cm_id **id)
 {
 	struct rdma_cm_event *e;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	/* a lost event fails the check instead of hanging the test */
+	if (poll(&p, 1, 20000) != 1) {
+		printf("     no event in 20 s, wanted %s\n", rdma_event_str(want));
+		return false;
+	}
 	if (rdma_get_cm_event(ch, &e)) {
 		printf("     rdma_get_cm_event: %s\n", strerror(errno));
 		return false;
@@ -88,29 +95,47 @@ static void test_bind(const char *ours)
 	      "... and the id names 127.0.0.1 with a port (%s:%u)", inet_ntoa(l->sin_addr), ntohs(l->sin_port));
 	rdma_destroy_id(id);
 
-	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return;
+	}
 	a = sin_of("127.3.2.1", 0);
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == 0 && !id->verbs, "bind 127.3.2.1: all of 127/8 is loopback (%s)", rc ? strerror(errno) : "0");
 	rdma_destroy_id(id);
 
-	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return;
+	}
 	a = sin_of("192.0.2.77", 0);
 	errno = 0;
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == -1 && errno == ENODEV, "bind 192.0.2.77, neither ours nor loopback: ENODEV (%s)", strerror(errno));
 	rdma_destroy_id(id);
 
-	rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return;
+	}
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	rc = rdma_bind_addr(id, (struct sockaddr *)&a6);
+	CHECK(rc == 0 && !id->verbs, "bind ::1: loopback too (%s)", rc ? strerror(errno) : "0");
+	rdma_destroy_id(id);
+
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return;
+	}
 	a = sin_of(ours, 0);
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == 0 && id->verbs, "bind %s, the device's address: the device attached", ours);
 	rdma_destroy_id(id);
 }
 
-/* A listener bound to 127.0.0.1 hears a connect to our own address, and
- * the connection is established. */
-static void test_listen_connect(const char *ours)
+/* A listener bound to 127.0.0.1 hears a connect to dst (our own address,
+ * or 127.0.0.1 itself), and the connection is established. */
+static void test_listen_connect(const char *ours, const char *to)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *lid, *cid, *child = NULL, *id;
@@ -126,14 +151,19 @@ static void test_listen_connect(const char *ours)
 	bool ok = !rdma_bind_addr(lid, (struct sockaddr *)&a) && !rdma_listen(lid, 4);
 	uint16_t port = ntohs(rdma_get_src_port(lid));
 	CHECK(ok && port, "listen on 127.0.0.1, port %u", port);
-	struct sockaddr_in dst = sin_of(ours, port);
+	struct sockaddr_in dst = sin_of(to, port);
 	ok = ok && !rdma_resolve_addr(cid, NULL, (struct sockaddr *)&dst, 2000) &&
 	     expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL) && !rdma_resolve_route(cid, 2000) &&
 	     expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL) && !rdma_create_qp(cid, NULL, &qa) &&
 	     !rdma_connect(cid, &cp);
-	CHECK(ok, "a client resolves %s:%u and connects", ours, port);
+	CHECK(ok, "a client resolves %s:%u and connects", to, port);
+	if (ok && strcmp(to, ours)) {
+		struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(cid);
+		CHECK(cid->verbs && l->sin_addr.s_addr == sin_of(ours, 0).sin_addr.s_addr,
+		      "... from the device's address %s (%s)", ours, inet_ntoa(l->sin_addr));
+	}
 	ok = ok && expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &child) && child != cid;
-	CHECK(ok, "the listener on 127.0.0.1 hears the request for %s", ours);
+	CHECK(ok, "the listener on 127.0.0.1 hears the request for %s", to);
 	ok = ok && !rdma_create_qp(child, NULL, &qa) && !rdma_accept(child, &cp);
 	/* both ends' ESTABLISHED, in either order */
 	int est = 0;
@@ -177,7 +207,7 @@ int main(int argc, char **argv)
 	}
 	test_getaddrinfo(argv[1]);
 	test_bind(argv[1]);
-	test_listen_connect(argv[1]);
+	test_listen_connect(argv[1], argv[1]);
 	printf("%s\n", failures ? "FAIL" : "PASS");
 	return failures ? 1 : 0;
 }

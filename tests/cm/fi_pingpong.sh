@@ -3,14 +3,15 @@
 # -e msg (RC endpoints connected through rdma_cm: synchronous ids migrated
 # to the endpoint's EQ channel), -e dgram (UD, addresses by libfabric's
 # name server) and -e rdm over ofi_rxm (msg endpoints connected on demand,
-# a CQ of 786,432 entries: util/limits.h UROCE_MAX_CQE), data checked (-c), each side given only its veth's address:
+# a CQ of 786,432 entries: util/limits.h UROCE_MAX_CQE), data checked
+# (-c), each side given only its veth's address:
 # server and client in one network namespace on its one address, then the
 # client in the other namespace.
 # Why a namespace: the verbs provider offers msg endpoints only for an
 # interface other than "lo" whose address rdma_cm binds (libfabric
 # prov/verbs vrb_getifaddrs).  The msg server, given no node, binds
 # "localhost"; rdma_cm binds a loopback address no device has as the
-# wildcard (the kernel's cma_any_addr; cm/rdma_cm.c addr_is_loopback), so
+# wildcard (the kernel's cma_any_addr; cm/rdma_cm.c rdma_bind_addr), so
 # the provider takes the interface's address for the endpoint it names to
 # the client (vrb_fill_addr), which is how the kernel's rxe runs it
 # between two hosts.
