@@ -22,11 +22,10 @@
  * need not list them.  False if no interface holds it. */
 bool config_netdev_of(const uint8_t gid[16], char *name)
 {
-	static const uint8_t v6_loopback[16] = { [15] = 1 };
 	bool v4 = gid_is_ipv4(gid);
 	struct ifaddrs *all, *i;
 
-	if ((v4 && gid[12] == 127) || (!v4 && !memcmp(gid, v6_loopback, 16))) {
+	if (gid_is_loopback(gid)) {
 		snprintf(name, IFNAMSIZ, "lo");
 		return true;
 	}

@@ -77,15 +77,24 @@ static void test_getaddrinfo(const char *ours)
 	      strerror(errno));
 }
 
+/* A fresh id of the TCP port space, or NULL (a failed check). */
+static struct rdma_cm_id *new_id(void)
+{
+	struct rdma_cm_id *id;
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
+		CHECK(false, "rdma_create_id: %s", strerror(errno));
+		return NULL;
+	}
+	return id;
+}
+
 static void test_bind(const char *ours)
 {
 	struct rdma_cm_id *id;
 	struct sockaddr_in a;
 
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
-		CHECK(false, "rdma_create_id: %s", strerror(errno));
+	if (!(id = new_id()))
 		return;
-	}
 	a = sin_of("127.0.0.1", 0);
 	int rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(id);
@@ -95,38 +104,30 @@ static void test_bind(const char *ours)
 	      "... and the id names 127.0.0.1 with a port (%s:%u)", inet_ntoa(l->sin_addr), ntohs(l->sin_port));
 	rdma_destroy_id(id);
 
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
-		CHECK(false, "rdma_create_id: %s", strerror(errno));
+	if (!(id = new_id()))
 		return;
-	}
 	a = sin_of("127.3.2.1", 0);
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == 0 && !id->verbs, "bind 127.3.2.1: all of 127/8 is loopback (%s)", rc ? strerror(errno) : "0");
 	rdma_destroy_id(id);
 
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
-		CHECK(false, "rdma_create_id: %s", strerror(errno));
+	if (!(id = new_id()))
 		return;
-	}
 	a = sin_of("192.0.2.77", 0);
 	errno = 0;
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == -1 && errno == ENODEV, "bind 192.0.2.77, neither ours nor loopback: ENODEV (%s)", strerror(errno));
 	rdma_destroy_id(id);
 
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
-		CHECK(false, "rdma_create_id: %s", strerror(errno));
+	if (!(id = new_id()))
 		return;
-	}
 	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a6);
 	CHECK(rc == 0 && !id->verbs, "bind ::1: loopback too (%s)", rc ? strerror(errno) : "0");
 	rdma_destroy_id(id);
 
-	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP)) {
-		CHECK(false, "rdma_create_id: %s", strerror(errno));
+	if (!(id = new_id()))
 		return;
-	}
 	a = sin_of(ours, 0);
 	rc = rdma_bind_addr(id, (struct sockaddr *)&a);
 	CHECK(rc == 0 && id->verbs, "bind %s, the device's address: the device attached", ours);
