@@ -33,9 +33,18 @@ server() { UROCE_ADDR=$2 "$U" run -- ibv_rc_pingpong -g 0 -p "$3" -n 2000 --chk 
 client() { UROCE_ADDR=$2 "$U" run -- ibv_rc_pingpong -g 0 -p "$3" -n 2000 --chk 127.0.0.1 >"$dir/$1.cli" 2>&1; }
 check() {  # check NAME RC
 	if [ "$2" -ne 0 ] || ! grep -q "bytes in" "$dir/$1.cli"; then
-		echo "shared_addr.sh: $1 failed ($2)"; for f in "$dir/$1.srv" "$dir/$1.cli"; do grep -v "^uroce:   " "$f" | tail -n 5; grep -E "share_|retrans|timeouts" "$f"; done; fail=1
+		echo "shared_addr.sh: $1 failed ($2)"; failed+=("$1"); fail=1
 	fi
 }
+# a failed pair's whole output, once its server has ended too (its counters
+# are printed at exit)
+report() {
+	for n in "${failed[@]}"; do
+		for f in "$dir/$n.srv" "$dir/$n.cli"; do echo "--- $(basename "$f")"; cat "$f"; done
+	done
+	failed=()
+}
+failed=()
 
 echo "== 1. three pairs, servers on $A, clients on $B, at once"
 for i in 0 1 2; do server p$i "$A" $((port0 + i)); done
@@ -43,14 +52,14 @@ for i in 0 1 2; do listening $((port0 + i)) || { echo "no server $i"; exit 1; };
 pids=()
 for i in 0 1 2; do client p$i "$B" $((port0 + i)) & pids+=($!); done
 for i in 0 1 2; do wait "${pids[$i]}"; check p$i $?; done
-wait
+wait; report
 
 echo "== 2. server and client on one address"
 for a in "$A" ::1; do
 	server same "$a" $((port0 + 10))
 	listening $((port0 + 10)) || { echo "no server"; exit 1; }
 	client same "$a" $((port0 + 10)); check same $?
-	wait
+	wait; report
 	grep -h "local address" "$dir/same.srv" "$dir/same.cli" | sed 's/^/   /'
 	# 4. two processes of one address: their QPNs' slots (QPN >> 14) differ
 	s=$(grep -h "local address" "$dir/same.srv" "$dir/same.cli" | sed -n 's/.*QPN 0x\([0-9a-f]*\).*/\1/p' |
@@ -87,7 +96,7 @@ read -r -u 3 line && [ "$line" = steered ] || { echo "shared_addr.sh: could not 
 pids=()
 for i in 1 2 3 4; do client k$i "$B" $((port0 + 20 + i)) & pids+=($!); done
 for i in 0 1 2 3; do wait "${pids[$i]}"; check k$((i + 1)) $?; done
-wait
+wait; report
 moved=$(cat "$dir"/k[1-4].srv | awk '$2 == "share_forwarded" {s += $3} END {print s + 0}')
 # how many depends on when the members' last round of probes took effect;
 # that a forward reaches its process is checked in tests/unit/test_share.c
