@@ -368,6 +368,27 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	return rc ? fail(rc) : 0;
 }
 
+/* A wildcard-bound id takes the address its route leaves from, keeping
+ * its port: gi's claim stays held throughout (releasing the whole claim and
+ * claiming gi's again left a moment in which another process of a shared
+ * address could take the port), and the other addresses' claims go unless
+ * another id of ours still holds the port there. */
+static void narrow_locked(struct cm_id *c, int gi)
+{
+	for (int i = 0; i < cm.ngids; i++) {
+		bool needed = i == gi;
+		for (struct cm_id *o = cm.ids; o && !needed; o = o->next_all)
+			needed = o != c && o->port_held && o->id.ps == c->id.ps && o->port == c->port &&
+				 (o->gid_index < 0 || o->gid_index == i);
+		if (!needed)
+			cm_port_release(i, (uint16_t)c->id.ps, c->port);
+	}
+	socklen_t len;
+	gid_to_sockaddr(cm.gids[gi], c->port, &c->id.route.addr.src_storage, &len);
+	c->gid_index = gi;
+	cm_id_attach_device(c, gi);
+}
+
 /* The local GID to reach dst: dst itself when it is ours, else the first
  * of its family (uroce's addresses are the device's only routes). */
 static int route_gid(const uint8_t dst[16])
@@ -399,16 +420,21 @@ EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, s
 		return fail(EINVAL);
 	}
 	int gi = c->gid_index >= 0 ? c->gid_index : route_gid(dgid);
-	if (gi < 0) {
+	if (c->state == ID_BOUND && c->id.route.addr.src_addr.sa_family != dst_addr->sa_family) {
+		/* the kernel's resolve_prepare_src: a bound id resolves only a
+		 * destination of its own family (a listener bound to :: hears
+		 * IPv4 too, but an id bound to ::1 or :: does not reach one) */
+		rc = EINVAL;
+	} else if (gi < 0) {
 		rc = EADDRNOTAVAIL;
-	} else if (c->state == ID_IDLE || c->gid_index < 0) {
-		/* bind to the source address the route takes, keeping a port already bound */
+	} else if (c->state == ID_IDLE) {
+		/* bind to the source address the route takes */
 		struct sockaddr_storage ss;
 		socklen_t len;
-		uint16_t port = c->state == ID_BOUND ? c->port : 0;
-		unbind_locked(c);
 		gid_to_sockaddr(cm.gids[gi], 0, &ss, &len);
-		rc = bind_locked(c, (struct sockaddr *)&ss, gi, port);
+		rc = bind_locked(c, (struct sockaddr *)&ss, gi, 0);
+	} else if (c->gid_index < 0) {
+		narrow_locked(c, gi);
 	}
 	if (!rc) {
 		memcpy(&c->id.route.addr.dst_addr, dst_addr, addr_len(dst_addr));

@@ -5,6 +5,9 @@
  *    names the address, and a listener on it hears a connect to the
  *    device's own address;
  *  - an address neither ours nor loopback is refused with ENODEV;
+ *  - a bound id resolves only a destination of its family, else EINVAL
+ *    (the kernel's resolve_prepare_src), and a wildcard-bound one takes
+ *    the route's address and keeps its port;
  *  - rdma_getaddrinfo without a name takes the hints' source, passive or
  *    not, and refuses no name, no service and no hints with EINVAL
  *    (librdmacm 44 addrinfo.c).
@@ -134,6 +137,50 @@ static void test_bind(const char *ours)
 	rdma_destroy_id(id);
 }
 
+static void test_resolve(const char *ours)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in dst = sin_of(ours, 7174), any = sin_of("0.0.0.0", 0);
+	struct sockaddr_in6 lo6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	int rc;
+
+	if (!(id = new_id()))
+		return;
+	errno = 0;
+	rc = rdma_bind_addr(id, (struct sockaddr *)&lo6) ? -2 : rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000);
+	CHECK(rc == -1 && errno == EINVAL, "an id bound to ::1 resolving %s: EINVAL (rc %d, %s)", ours, rc, strerror(errno));
+	rdma_destroy_id(id);
+
+	if (!(id = new_id()))
+		return;
+	errno = 0;
+	rc = rdma_resolve_addr(id, (struct sockaddr *)&lo6, (struct sockaddr *)&dst, 2000);
+	CHECK(rc == -1 && errno == EINVAL, "resolving %s from the source ::1: EINVAL (rc %d, %s)", ours, rc,
+	      strerror(errno));
+	rdma_destroy_id(id);
+
+	if (!(id = new_id()))
+		return;
+	errno = 0;
+	lo6.sin6_port = htons(7174);
+	rc = rdma_bind_addr(id, (struct sockaddr *)&any) ? -2 : rdma_resolve_addr(id, NULL, (struct sockaddr *)&lo6, 2000);
+	CHECK(rc == -1 && errno == EINVAL, "an id bound to 0.0.0.0 resolving [::1]: EINVAL (rc %d, %s)", rc,
+	      strerror(errno));
+	rdma_destroy_id(id);
+
+	if (!(id = new_id()))
+		return;
+	rc = rdma_bind_addr(id, (struct sockaddr *)&any);
+	uint16_t port = rc ? 0 : ntohs(rdma_get_src_port(id));
+	rc = rc ? -2 : rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000);
+	struct sockaddr_in *l = (struct sockaddr_in *)rdma_get_local_addr(id);
+	CHECK(rc == 0 && port && id->verbs && l->sin_family == AF_INET &&
+		      l->sin_addr.s_addr == sin_of(ours, 0).sin_addr.s_addr && ntohs(l->sin_port) == port,
+	      "an id bound to 0.0.0.0:%u resolving %s leaves from %s:%u with the device attached (rc %d)", port, ours,
+	      inet_ntoa(l->sin_addr), ntohs(l->sin_port), rc);
+	rdma_destroy_id(id);
+}
+
 /* A listener bound to 127.0.0.1 hears a connect to dst (our own address,
  * or 127.0.0.1 itself), and the connection is established. */
 static void test_listen_connect(const char *ours, const char *to)
@@ -208,6 +255,7 @@ int main(int argc, char **argv)
 	}
 	test_getaddrinfo(argv[1]);
 	test_bind(argv[1]);
+	test_resolve(argv[1]);
 	test_listen_connect(argv[1], argv[1]);
 	printf("%s\n", failures ? "FAIL" : "PASS");
 	return failures ? 1 : 0;
