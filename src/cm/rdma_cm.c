@@ -280,17 +280,52 @@ static bool port_taken(uint16_t ps, uint16_t port, int gi, const struct cm_id *s
 	return false;
 }
 
+/* Does an id of ours other than c hold port of space ps on GID index i
+ * (bound to it, or to the wildcard)?  Ids of ours on one port (REUSEADDR)
+ * hold one claim on it against the other processes of the address (an OFD
+ * lock, not counted: net/share.c), which must stay while any of them needs
+ * it. */
+static bool port_needed(const struct cm_id *c, uint16_t ps, uint16_t port, int i)
+{
+	for (struct cm_id *o = cm.ids; o; o = o->next_all)
+		if (o != c && o->port_held && o->id.ps == ps && o->port == port && (o->gid_index < 0 || o->gid_index == i))
+			return true;
+	return false;
+}
+
+/* Lets go of the claims on port that c's binding to gi (-1: every GID) made,
+ * but keep's and those another id of ours still needs. */
+static void release_claims_locked(const struct cm_id *c, int gi, uint16_t ps, uint16_t port, int keep)
+{
+	for (int i = 0; i < cm.ngids; i++)
+		if (i != keep && (gi < 0 || i == gi) && !port_needed(c, ps, port, i))
+			cm_port_release(i, ps, port);
+}
+
 static void unbind_locked(struct cm_id *c)
 {
-	bool shared = false;
-	/* ids of ours on one port (REUSEADDR) hold one claim on it against the
-	 * other processes of the address: it goes with the last of them */
-	for (struct cm_id *o = cm.ids; c->port_held && o && !shared; o = o->next_all)
-		shared = o != c && o->port_held && o->id.ps == c->id.ps && o->port == c->port &&
-			 o->gid_index == c->gid_index;
-	if (c->port_held && !shared)
-		cm_port_release(c->gid_index, (uint16_t)c->id.ps, c->port);
+	if (c->port_held)
+		release_claims_locked(c, c->gid_index, (uint16_t)c->id.ps, c->port, -1);
 	c->port_held = false;
+}
+
+/* Claims port on gi (-1: every GID) against the other processes of a shared
+ * address, GID by GID, so that a claim that fails part-way lets go only of
+ * what no other id of ours holds (a claim already ours succeeds again). */
+static int claim_locked(const struct cm_id *c, int gi, uint16_t ps, uint16_t port)
+{
+	for (int i = 0; i < cm.ngids; i++) {
+		if (gi >= 0 && i != gi)
+			continue;
+		int rc = cm_port_claim(i, ps, port);
+		if (rc) {
+			for (int j = 0; j < i; j++)
+				if ((gi < 0 || j == gi) && !port_needed(c, ps, port, j))
+					cm_port_release(j, ps, port);
+			return rc;
+		}
+	}
+	return 0;
 }
 
 /* Binds c to gid index gi (-1: wildcard) and port (0: an ephemeral one),
@@ -299,14 +334,14 @@ static int bind_locked(struct cm_id *c, const struct sockaddr *a, int gi, uint16
 {
 	uint16_t ps = (uint16_t)c->id.ps;
 	if (port) {
-		if (port_taken(ps, port, gi, c, c->reuseaddr) || cm_port_claim(gi, ps, port))
+		if (port_taken(ps, port, gi, c, c->reuseaddr) || claim_locked(c, gi, ps, port))
 			return EADDRINUSE;
 	} else {
 		/* the kernel's ephemeral range, from a random start */
 		uint32_t start = (uint32_t)cm_now_ns();
 		for (uint32_t i = 0; i < 28232 && !port; i++) {
 			uint16_t p = (uint16_t)(32768 + (start + i * 7919u) % 28232);
-			if (!port_taken(ps, p, gi, c, false) && !cm_port_claim(gi, ps, p))
+			if (!port_taken(ps, p, gi, c, false) && !claim_locked(c, gi, ps, p))
 				port = p;
 		}
 		if (!port)
@@ -375,14 +410,7 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
  * another id of ours still holds the port there. */
 static void narrow_locked(struct cm_id *c, int gi)
 {
-	for (int i = 0; i < cm.ngids; i++) {
-		bool needed = i == gi;
-		for (struct cm_id *o = cm.ids; o && !needed; o = o->next_all)
-			needed = o != c && o->port_held && o->id.ps == c->id.ps && o->port == c->port &&
-				 (o->gid_index < 0 || o->gid_index == i);
-		if (!needed)
-			cm_port_release(i, (uint16_t)c->id.ps, c->port);
-	}
+	release_claims_locked(c, -1, (uint16_t)c->id.ps, c->port, gi);
 	socklen_t len;
 	gid_to_sockaddr(cm.gids[gi], c->port, &c->id.route.addr.src_storage, &len);
 	c->gid_index = gi;

@@ -8,10 +8,20 @@
  *  - a bound id resolves only a destination of its family, else EINVAL
  *    (the kernel's resolve_prepare_src), and a wildcard-bound one takes
  *    the route's address and keeps its port;
+ *  - a port bound by two ids of ours (REUSEADDR), one of them since
+ *    narrowed to the device's address by resolving, stays claimed against
+ *    another process of the address while either holds it, and is free once
+ *    both are gone (another process: this program again, --try-bind);
+ *  - with two addresses, a wildcard bind that another process's claim on
+ *    the second refuses lets go of nothing an id of ours still holds on
+ *    the first;
  *  - rdma_getaddrinfo without a name takes the hints' source, passive or
  *    not, and refuses no name, no service and no hints with EINVAL
  *    (librdmacm 44 addrinfo.c).
- *   cm_loopback OUR_IPV4 */
+ *   cm_loopback OUR_IPV4 [OUR_SECOND_IPV4]
+ *   cm_loopback --try-bind IPV4 PORT   exit 0 bound, 3 EADDRINUSE, 1 otherwise
+ *   cm_loopback --hold-bind IPV4 PORT FILE   binds, writes "bound" to FILE,
+ *                                            holds it until FILE is gone */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
@@ -20,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures;
 #define CHECK(c, ...) \
@@ -181,6 +193,116 @@ static void test_resolve(const char *ours)
 	rdma_destroy_id(id);
 }
 
+/* Another process of the address (this program, --try-bind) binds ip:port:
+ * 0 bound, 3 EADDRINUSE */
+static int bind_elsewhere(const char *ip, uint16_t port)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "/proc/%d/exe --try-bind %s %u", (int)getpid(), ip, port);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static struct rdma_cm_id *reuse_id(void)
+{
+	struct rdma_cm_id *id = new_id();
+	int one = 1;
+	if (id && rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one))) {
+		CHECK(false, "RDMA_OPTION_ID_REUSEADDR: %s", strerror(errno));
+		rdma_destroy_id(id);
+		return NULL;
+	}
+	return id;
+}
+
+static void test_shared_claim(const char *ours)
+{
+	struct sockaddr_in any = sin_of("0.0.0.0", 0), dst = sin_of(ours, 7174);
+	struct rdma_cm_id *a = reuse_id(), *b = reuse_id();
+
+	if (!a || !b)
+		return;
+	bool ok = !rdma_bind_addr(a, (struct sockaddr *)&any);
+	uint16_t port = ok ? ntohs(rdma_get_src_port(a)) : 0;
+	any.sin_port = htons(port);
+	ok = ok && !rdma_bind_addr(b, (struct sockaddr *)&any) && !rdma_resolve_addr(a, NULL, (struct sockaddr *)&dst, 2000);
+	CHECK(ok, "two ids of ours on 0.0.0.0:%u (REUSEADDR), the first resolved to %s", port, ours);
+	if (!ok)
+		return;
+	rdma_destroy_id(b);
+	int rc = bind_elsewhere(ours, port);
+	CHECK(rc == 3, "the wildcard one destroyed: another process binding %s:%u gets EADDRINUSE (exit %d)", ours, port,
+	      rc);
+	rdma_destroy_id(a);
+	rc = bind_elsewhere(ours, port);
+	CHECK(rc == 0, "both destroyed: another process binds %s:%u (exit %d)", ours, port, rc);
+}
+
+/* A second address's port held by another process (--hold-bind) refuses a
+ * wildcard bind part-way: the bind's claim on the first address, which an
+ * id of ours already holds, must stay. */
+static void test_partial_claim(const char *ours, const char *second)
+{
+	struct sockaddr_in first = sin_of(ours, 0), any = sin_of("0.0.0.0", 0);
+	struct rdma_cm_id *a = reuse_id(), *b = reuse_id();
+	char file[64], cmd[256], buf[16] = "";
+
+	if (!a || !b)
+		return;
+	bool ok = !rdma_bind_addr(a, (struct sockaddr *)&first);
+	uint16_t port = ok ? ntohs(rdma_get_src_port(a)) : 0;
+	snprintf(file, sizeof(file), "/tmp/cm_loopback.%d", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "/proc/%d/exe --hold-bind %s %u %s &", (int)getpid(), second, port, file);
+	ok = ok && system(cmd) == 0;
+	for (int i = 0; ok && i < 2000 && !buf[0]; i++) {
+		FILE *f = fopen(file, "r");
+		if (!f || !fgets(buf, sizeof(buf), f))
+			usleep(10000);
+		if (f)
+			fclose(f);
+	}
+	buf[strcspn(buf, "\n")] = 0;
+	CHECK(ok && !strcmp(buf, "bound"), "%s:%u ours, %s:%u another process's (%s)", ours, port, second, port, buf);
+	any.sin_port = htons(port);
+	errno = 0;
+	int rc = rdma_bind_addr(b, (struct sockaddr *)&any);
+	CHECK(rc == -1 && errno == EADDRINUSE, "a second id of ours binding 0.0.0.0:%u: EADDRINUSE (%s)", port,
+	      strerror(errno));
+	rc = bind_elsewhere(ours, port);
+	CHECK(rc == 3, "... and %s:%u is still ours: another process gets EADDRINUSE (exit %d)", ours, port, rc);
+	unlink(file);
+	rdma_destroy_id(b);
+	rdma_destroy_id(a);
+}
+
+static int hold_bind(const char *ip, const char *port, const char *file)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in a = sin_of(ip, (uint16_t)atoi(port));
+	FILE *f = fopen(file, "w");
+	if (!f || rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP))
+		return 1;
+	int rc = rdma_bind_addr(id, (struct sockaddr *)&a);
+	fprintf(f, "%s\n", rc ? "refused" : "bound");
+	fclose(f);
+	/* held until the test is done with it (20 s at most) */
+	for (int i = 0; i < 2000 && access(file, F_OK) == 0; i++)
+		usleep(10000);
+	rdma_destroy_id(id);
+	return rc ? 1 : 0;
+}
+
+static int try_bind(const char *ip, const char *port)
+{
+	struct rdma_cm_id *id;
+	struct sockaddr_in a = sin_of(ip, (uint16_t)atoi(port));
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP))
+		return 1;
+	int rc = rdma_bind_addr(id, (struct sockaddr *)&a) ? (errno == EADDRINUSE ? 3 : 1) : 0;
+	rdma_destroy_id(id);
+	return rc;
+}
+
 /* A listener bound to 127.0.0.1 hears a connect to dst (our own address,
  * or 127.0.0.1 itself), and the connection is established. */
 static void test_listen_connect(const char *ours, const char *to)
@@ -249,13 +371,20 @@ static void test_listen_connect(const char *ours, const char *to)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: cm_loopback OUR_IPV4\n");
+	if (argc == 4 && !strcmp(argv[1], "--try-bind"))
+		return try_bind(argv[2], argv[3]);
+	if (argc == 5 && !strcmp(argv[1], "--hold-bind"))
+		return hold_bind(argv[2], argv[3], argv[4]);
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: cm_loopback OUR_IPV4 [OUR_SECOND_IPV4]\n");
 		return 2;
 	}
 	test_getaddrinfo(argv[1]);
 	test_bind(argv[1]);
 	test_resolve(argv[1]);
+	test_shared_claim(argv[1]);
+	if (argc == 3)
+		test_partial_claim(argv[1], argv[2]);
 	test_listen_connect(argv[1], argv[1]);
 	printf("%s\n", failures ? "FAIL" : "PASS");
 	return failures ? 1 : 0;
