@@ -319,9 +319,8 @@ static int claim_locked(const struct cm_id *c, int gi, uint16_t ps, uint16_t por
 			continue;
 		int rc = cm_port_claim(i, ps, port);
 		if (rc) {
-			for (int j = 0; j < i; j++)
-				if ((gi < 0 || j == gi) && !port_needed(c, ps, port, j))
-					cm_port_release(j, ps, port);
+			/* releasing one never held is a no-op (share_port_release) */
+			release_claims_locked(c, gi, ps, port, -1);
 			return rc;
 		}
 	}

@@ -470,25 +470,16 @@ void net_rx_sleeping(struct uroce_net *net, bool sleeping)
 
 int net_cm_port_claim(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
 {
-	for (int i = 0; i < UROCE_MAX_GIDS; i++) {
-		if (!net->share[i] || (gid_index >= 0 && i != gid_index))
-			continue;
-		int rc = share_port_claim(net->share[i], ps, port);
-		if (rc < 0) {
-			while (--i >= 0)
-				if (net->share[i] && (gid_index < 0 || i == gid_index))
-					share_port_release(net->share[i], ps, port);
-			return rc;
-		}
-	}
-	return 0;
+	/* an address without a registry is this process's alone: nothing to claim */
+	if (gid_index < 0 || gid_index >= UROCE_MAX_GIDS || !net->share[gid_index])
+		return 0;
+	return share_port_claim(net->share[gid_index], ps, port);
 }
 
 void net_cm_port_release(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
 {
-	for (int i = 0; i < UROCE_MAX_GIDS; i++)
-		if (net->share[i] && (gid_index < 0 || i == gid_index))
-			share_port_release(net->share[i], ps, port);
+	if (gid_index >= 0 && gid_index < UROCE_MAX_GIDS && net->share[gid_index])
+		share_port_release(net->share[gid_index], ps, port);
 }
 
 void net_cm_enable(struct uroce_net *net)
