@@ -37,6 +37,7 @@ struct uroce_config {
 	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
 				  * request of its QP to ride with; 0 = never */
 	bool engine_rt;          /* UROCE_ENGINE_RT=0: the engine stays an ordinary thread */
+	bool engine_place;       /* UROCE_ENGINE_PLACE=0: the kernel alone places the engine */
 	bool no_gso;             /* UROCE_NO_GSO: one datagram per packet */
 	bool stats_at_exit;      /* UROCE_STATS=1: counters to stderr when the device closes */
 	unsigned stats_mode;     /* UROCE_STATS_MODE: the stats page's permissions (& 0644) */

@@ -86,6 +86,9 @@
 	X(UROCE_ENGINE_RT, engine_rt, bool, 0, 0, true, "on when permitted", \
 	  "`0`: keep the engine thread an ordinary thread; otherwise it takes `SCHED_FIFO` priority 1 " \
 	  "when permitted (root, CAP_SYS_NICE, RLIMIT_RTPRIO)") \
+	X(UROCE_ENGINE_PLACE, engine_place, bool, 0, 0, true, "1", \
+	  "`0`: leave where a real-time engine wakes to the kernel; otherwise, before it sleeps, it " \
+	  "moves off a CPU that other threads keep busy to one they leave idle") \
 	X(UROCE_NO_GSO, no_gso, set, 0, 0, false, "off", \
 	  "set (to any value, even `0`): one datagram per packet instead of UDP GSO bundles") \
 	X(UROCE_POLL_PROGRESS, poll_progress, bool, 0, 0, true, "1", \

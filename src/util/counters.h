@@ -50,6 +50,7 @@
 	X(timer_scans, "scans of the QP timers") \
 	X(engine_sleeps, "engine sleeps on the sockets once traffic was seen") \
 	X(engine_spin_no_cpu, "engine spins not begun: no CPU to spare (/proc/loadavg)") \
+	X(engine_moves, "engine moves to a CPU other threads leave idle, before it sleeps (its own kept busy)") \
 	X(engine_spin_displaced, "engine spins given up: a yield lost the CPU for a slice (a thread computes on it)") \
 	X(shm_packets_tx, "packets sent through same-host rings (counted in tx_packets too)") \
 	X(shm_packets_rx, "packets received from same-host rings (counted in rx_packets too)") \
@@ -92,8 +93,8 @@
 	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
 	X(sys_yield, "sched_yield system calls of a spinning engine") \
 	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled") \
-	X(sys_sched, "sched_setscheduler system calls: a real-time engine spinning as an ordinary thread and back") \
-	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, looks for same-host rendezvous (accept4), ring producers' liveness (fcntl)") \
+	X(sys_sched, "sched_setscheduler and sched_{get,set}affinity system calls: a real-time engine spinning as an ordinary thread and back, and looking where to sleep (engine_place)") \
+	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, per-CPU idle times (engine_place), looks for same-host rendezvous (accept4), ring producers' liveness (fcntl)") \
 	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls)") \
 	X(copy_to_kernel_bytes, "message payload bytes given to sendmmsg: the kernel copies them from registered memory (one copy)") \
 	X(copy_from_kernel_bytes, "message payload bytes recvmmsg copied from the kernel into packet buffers") \

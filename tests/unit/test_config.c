@@ -76,7 +76,7 @@ int main(void)
 #undef X
 	CHECK(cfg.window == 0 && cfg.spin_us == 50 && cfg.rto_min_us == 10000 && cfg.ack_defer_us == 20 &&
 	      cfg.poll_grace_us == 3000 && cfg.poll_spin_us == 200 && cfg.fault_seed == 1 && cfg.log_level == 0, "numeric defaults");
-	CHECK(cfg.shm && cfg.engine_rt && cfg.poll_progress && !cfg.no_gso && !cfg.stats_at_exit &&
+	CHECK(cfg.shm && cfg.engine_rt && cfg.engine_place && cfg.poll_progress && !cfg.no_gso && !cfg.stats_at_exit &&
 	      !cfg.handoff_defer, "flag defaults");
 
 	load1("UROCE_WINDOW", "0");       CHECK(cfg.window == 0, "window 0: by bytes");
@@ -99,6 +99,7 @@ int main(void)
 	load1("UROCE_SHM", "off");        CHECK(cfg.shm, "SHM=off is not 0: on");
 	load1("UROCE_SHM", "");           CHECK(cfg.shm, "SHM empty on");
 	load1("UROCE_ENGINE_RT", "0");    CHECK(!cfg.engine_rt, "ENGINE_RT=0 off");
+	load1("UROCE_ENGINE_PLACE", "0"); CHECK(!cfg.engine_place, "ENGINE_PLACE=0 off");
 	load1("UROCE_POLL_PROGRESS", "0"); CHECK(!cfg.poll_progress, "POLL_PROGRESS=0 off");
 	load1("UROCE_NO_GSO", "");        CHECK(cfg.no_gso, "NO_GSO set empty");
 	load1("UROCE_NO_GSO", "0");       CHECK(cfg.no_gso, "NO_GSO=0 is set all the same");
