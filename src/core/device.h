@@ -13,7 +13,6 @@
 
 struct uroce_net;
 struct uroce_rxpkt;
-struct cpu_busy;
 
 /* The engine thread and its hand-off with polling applications (exec/
  * owns it; core/wake.c reads sleeping and wake_ns and writes kick_fd). */
@@ -24,7 +23,7 @@ struct uroce_engine {
 	bool fair;                      /* a real-time engine spinning as SCHED_OTHER (engine thread only) */
 	int ncpus;                      /* CPUs this process may run on */
 	int loadavg_fd;                 /* /proc/loadavg: may the engine spin? */
-	struct cpu_busy *cpu_busy;      /* where a real-time engine sleeps (engine thread only; NULL: stays) */
+	bool place_declined;            /* engine_place found nowhere to go this window (engine thread only) */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	/* the pollers' stamps (exec/progress.c, poll_stamp), on a line of

@@ -1,78 +1,75 @@
-/* Per-CPU busy shares from the kernel's idle time (cpu_busy.h). */
+/* Per-CPU busy shares from /proc/stat's idle times (cpu_busy.h). */
 #include "cpu_busy.h"
+#include <ctype.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_STATES 10
-/* cpuidle counts microseconds: a 10 ms window resolves 0.1%.  /proc/stat
- * counts clock ticks (USER_HZ, 100 a second): 100 ms resolves 10%. */
-#define WINDOW_CPUIDLE_NS 10000000ull
-#define WINDOW_STAT_NS 100000000ull
-
-static int open_state(int cpu, int state)
+/* One "cpuN user nice system idle iowait ..." line: false for any other
+ * (the machine's total, "cpu  ...", has no number). */
+static bool parse_cpu_line(const char *line, int *cpu, uint64_t *idle_ticks)
 {
-	char path[96];
-	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cpuidle/state%d/time", cpu, state);
-	return open(path, O_RDONLY | O_CLOEXEC);
-}
-
-static bool read_u64(int fd, uint64_t *v)
-{
-	char buf[32];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	if (n <= 0)
+	if (strncmp(line, "cpu", 3) != 0 || !isdigit((unsigned char)line[3]))
 		return false;
-	buf[n] = 0;
-	char *end;
-	*v = strtoull(buf, &end, 10);
-	return end != buf;
+	unsigned long long user, nice, sys, idle, iowait;
+	if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu", cpu, &user, &nice, &sys, &idle, &iowait) != 6)
+		return false;
+	*idle_ticks = idle + iowait;
+	return true;
 }
 
-/* Idle microseconds of each CPU looked at, cumulative. */
-static bool read_idle(struct cpu_busy *cb, uint64_t *idle_us)
+/* Calls fn for each CPU line of /proc/stat; false if it could not be read.
+ * The CPU lines come first, so a buffer that cuts the interrupt lines off
+ * loses nothing. */
+static bool read_stat(int fd, void (*fn)(void *, int, uint64_t), void *arg)
 {
-	if (cb->fd) {
-		for (int i = 0; i < cb->n; i++) {
-			idle_us[i] = 0;
-			for (int s = 0; s < cb->nfd[i]; s++) {
-				uint64_t v;
-				cb->reads++;
-				if (!read_u64(cb->fd[i * MAX_STATES + s], &v))
-					return false;
-				idle_us[i] += v;
-			}
-		}
-		return true;
-	}
-	char buf[8192];
-	cb->reads++;
-	ssize_t len = pread(cb->stat_fd, buf, sizeof(buf) - 1, 0);
+	char buf[4096];
+	ssize_t len = pread(fd, buf, sizeof(buf) - 1, 0);
 	if (len <= 0)
 		return false;
 	buf[len] = 0;
-	long tick = sysconf(_SC_CLK_TCK);
-	if (tick <= 0)
-		tick = 100;
-	int found = 0;
-	for (int i = 0; i < cb->n; i++)
-		idle_us[i] = 0;
-	for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+	for (char *line = buf; *line;) {
 		int cpu;
-		unsigned long long user, nice, sys, idle, iowait;
-		if (sscanf(line, "cpu%d %llu %llu %llu %llu %llu", &cpu, &user, &nice, &sys, &idle, &iowait) != 6)
-			continue;
-		for (int i = 0; i < cb->n; i++)
-			if (cb->cpu[i] == cpu) {
-				idle_us[i] = (idle + iowait) * (1000000ull / (uint64_t)tick);
-				found++;
-			}
+		uint64_t idle;
+		if (parse_cpu_line(line, &cpu, &idle))
+			fn(arg, cpu, idle);
+		char *nl = strchr(line, '\n');
+		if (!nl)
+			break;
+		line = nl + 1;
 	}
-	return found > 0;  /* an offline CPU has no line: it reads as never idle */
+	return true;
+}
+
+static uint64_t ticks_to_us(const struct cpu_busy *cb, uint64_t ticks)
+{
+	return ticks * 1000000ull / cb->hz;
+}
+
+static void note_cpu(void *arg, int cpu, uint64_t idle)
+{
+	struct cpu_busy *cb = arg;
+	if (cb->n < CPU_BUSY_MAX) {
+		cb->cpu[cb->n] = cpu;
+		cb->idle_us[cb->n] = ticks_to_us(cb, idle);
+	}
+	cb->n++;  /* counts past the limit: too many */
+}
+
+struct idle_now {
+	const struct cpu_busy *cb;
+	uint64_t *idle_us;
+};
+
+static void take_idle(void *arg, int cpu, uint64_t idle)
+{
+	struct idle_now *in = arg;
+	for (int i = 0; i < in->cb->n; i++)
+		if (in->cb->cpu[i] == cpu)
+			in->idle_us[i] = ticks_to_us(in->cb, idle);
 }
 
 static uint64_t thread_cpu_ns(void)
@@ -83,46 +80,23 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-bool cpu_busy_open(struct cpu_busy *cb, bool cpuidle)
+static void forget(struct cpu_busy *cb)
+{
+	for (int i = 0; i < CPU_BUSY_MAX; i++)
+		cb->share[i] = -1;
+}
+
+bool cpu_busy_open(struct cpu_busy *cb)
 {
 	memset(cb, 0, sizeof(*cb));
-	cb->stat_fd = -1;
-	long conf = sysconf(_SC_NPROCESSORS_CONF);
-	if (conf < 2 || conf > CPU_BUSY_MAX)
+	long hz = sysconf(_SC_CLK_TCK);
+	cb->hz = hz > 0 ? (uint64_t)hz : 100;
+	cb->stat_fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+	if (cb->stat_fd < 0)
 		return false;
-	cb->fd = malloc(sizeof(int) * (size_t)conf * MAX_STATES);
-	/* cpuidle's counters where CPU 0 has them (then every online CPU
-	 * does; an offline one is not looked at), else /proc/stat */
-	int fd0 = cpuidle ? open_state(0, 0) : -1;
-	if (fd0 >= 0 && cb->fd) {
-		close(fd0);
-		for (int c = 0; c < conf; c++) {
-			int i = cb->n, k = 0;
-			for (int s = 0; s < MAX_STATES; s++) {
-				int fd = open_state(c, s);
-				if (fd < 0)
-					break;
-				cb->fd[i * MAX_STATES + k++] = fd;
-			}
-			if (k) {
-				cb->cpu[i] = c;
-				cb->nfd[i] = k;
-				cb->n++;
-			}
-		}
-	} else {
-		if (fd0 >= 0)
-			close(fd0);
-		free(cb->fd);
-		cb->fd = NULL;
-		cb->stat_fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
-		if (cb->stat_fd < 0)
-			return false;
-		for (int c = 0; c < conf; c++)
-			cb->cpu[cb->n++] = c;
-	}
-	cb->window_ns = cb->fd ? WINDOW_CPUIDLE_NS : WINDOW_STAT_NS;
-	if (cb->n < 2 || !read_idle(cb, cb->idle_us)) {
+	forget(cb);
+	/* the online CPUs: an offline one has no line */
+	if (!read_stat(cb->stat_fd, note_cpu, cb) || cb->n < 2 || cb->n > CPU_BUSY_MAX) {
 		cpu_busy_close(cb);
 		return false;
 	}
@@ -131,58 +105,68 @@ bool cpu_busy_open(struct cpu_busy *cb, bool cpuidle)
 
 void cpu_busy_close(struct cpu_busy *cb)
 {
-	if (cb->fd) {
-		for (int i = 0; i < cb->n; i++)
-			for (int s = 0; s < cb->nfd[i]; s++)
-				close(cb->fd[i * MAX_STATES + s]);
-		free(cb->fd);
-		cb->fd = NULL;
-	}
 	if (cb->stat_fd >= 0)
 		close(cb->stat_fd);
 	cb->stat_fd = -1;
 	cb->n = 0;
 }
 
-bool cpu_busy_sample(struct cpu_busy *cb, uint64_t now, int here, const cpu_set_t *allowed,
-		     double *here_busy, int *other, double *other_busy)
+bool cpu_busy_sample(struct cpu_busy *cb, uint64_t now, int here)
 {
-	cb->reads = 0;
-	if (cb->n == 0 || now - cb->at_ns < cb->window_ns)
+	cb->calls = 0;
+	if (cb->n == 0 || now - cb->at_ns < CPU_BUSY_WINDOW_NS)
 		return false;
-	uint64_t idle[CPU_BUSY_MAX] = { 0 };
-	cb->reads = 1;  /* and the clock below */
-	if (!read_idle(cb, idle))
+	/* A CPU gone offline since keeps its last idle time and reads as
+	 * busy from then on: never chosen. */
+	uint64_t idle[CPU_BUSY_MAX];
+	memcpy(idle, cb->idle_us, sizeof(idle));
+	struct idle_now in = { cb, idle };
+	uint64_t then = cb->at_ns, self_then = cb->self_ns;
+	/* the window moves on whatever the read gives, so that a failing
+	 * read is not tried again at every sleep */
+	cb->at_ns = now;
+	cb->calls = 2;
+	cb->self_ns = thread_cpu_ns();
+	forget(cb);
+	if (!read_stat(cb->stat_fd, take_idle, &in))
 		return false;
-	uint64_t self = thread_cpu_ns();
-	uint64_t window_us = (now - cb->at_ns) / 1000, self_us = (self - cb->self_ns) / 1000;
-	/* A window many times the shortest (the engine slept through a quiet
-	 * spell) says nothing of now: it only starts the next one. */
-	bool fresh = cb->at_ns != 0 && now - cb->at_ns <= 10 * cb->window_ns;
 	uint64_t prev[CPU_BUSY_MAX];
 	memcpy(prev, cb->idle_us, sizeof(prev));
 	memcpy(cb->idle_us, idle, sizeof(idle));
-	cb->at_ns = now;
-	cb->self_ns = self;
-	if (!fresh || window_us == 0)
+	/* A window many times the shortest (the engine slept through a quiet
+	 * spell) says nothing of now: it only starts the next one. */
+	if (then == 0 || now - then > 10 * CPU_BUSY_WINDOW_NS)
 		return false;
-	bool seen_here = false;
-	*other = -1;
-	*other_busy = 1.0;
+	uint64_t window_us = (now - then) / 1000;
+	uint64_t self_us = cb->self_ns > self_then ? (cb->self_ns - self_then) / 1000 : 0;
 	for (int i = 0; i < cb->n; i++) {
 		uint64_t idle_d = idle[i] > prev[i] ? idle[i] - prev[i] : 0;
 		uint64_t busy = idle_d < window_us ? window_us - idle_d : 0;
-		if (cb->cpu[i] == here) {
-			/* this thread's own time, all of it counted here: it
-			 * ran mostly where it is now */
+		/* this thread's own time, all of it counted where it is now:
+		 * it ran mostly there */
+		if (cb->cpu[i] == here)
 			busy = busy > self_us ? busy - self_us : 0;
-			*here_busy = (double)busy / (double)window_us;
-			seen_here = true;
-		} else if (CPU_ISSET(cb->cpu[i], allowed) &&
-			   (*other < 0 || (double)busy / (double)window_us < *other_busy)) {
-			*other_busy = (double)busy / (double)window_us;
-			*other = cb->cpu[i];
-		}
+		cb->share[i] = (double)busy / (double)window_us;
 	}
-	return seen_here && *other >= 0;
+	return true;
+}
+
+double cpu_busy_share(const struct cpu_busy *cb, int cpu)
+{
+	for (int i = 0; i < cb->n; i++)
+		if (cb->cpu[i] == cpu)
+			return cb->share[i];
+	return -1;
+}
+
+int cpu_busy_least(const struct cpu_busy *cb, const cpu_set_t *allowed, int except, double *share)
+{
+	int best = -1;
+	for (int i = 0; i < cb->n; i++)
+		if (cb->cpu[i] != except && CPU_ISSET(cb->cpu[i], allowed) && cb->share[i] >= 0 &&
+		    (best < 0 || cb->share[i] < *share)) {
+			best = cb->cpu[i];
+			*share = cb->share[i];
+		}
+	return best;
 }

@@ -1,8 +1,10 @@
-/* How busy each CPU this process may run on has been, for choosing where a
- * real-time engine sleeps (docs/architecture.md, "Execution model": where
- * the engine sleeps).  Read from the kernel's per-CPU idle time: cpuidle's
- * sysfs counters (microseconds) where there are, else /proc/stat (clock
- * ticks, so over longer windows). */
+/* How busy each online CPU has been, for choosing where a real-time engine
+ * sleeps (docs/architecture.md, "Execution model": where the engine
+ * sleeps).  Read from the kernel's idle time per CPU in /proc/stat, which
+ * counts an idle period still under way (cpuidle's counters in sysfs count
+ * one only once the CPU leaves it, so a CPU idle all through a window read
+ * as never idle), in clock ticks (USER_HZ, 100 a second): hence windows of
+ * CPU_BUSY_WINDOW_NS, a tick a third of one. */
 #ifndef UROCE_CPU_BUSY_H
 #define UROCE_CPU_BUSY_H
 
@@ -10,39 +12,42 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The CPUs looked at: those numbered below this.  A machine with more is
- * not looked at (a look would cost too much, and a busy CPU's wake-up is
- * the rarer case there). */
+/* Machines with more online CPUs are not looked at: a look at /proc/stat
+ * costs more with every CPU and interrupt line, and the chance that the CPU
+ * a wake-up lands on is busy is smaller there. */
 #define CPU_BUSY_MAX 16
+#define CPU_BUSY_WINDOW_NS 30000000ull
 
 struct cpu_busy {
-	int n;                           /* CPUs looked at (0: no source) */
+	int n;                           /* online CPUs looked at (0: none) */
 	int cpu[CPU_BUSY_MAX];           /* their numbers */
-	int nfd[CPU_BUSY_MAX];           /* cpuidle state files per CPU */
-	int *fd;                         /* n * max states, -1 unused; NULL: /proc/stat */
-	int nstates;
-	int stat_fd;                     /* /proc/stat when there is no cpuidle */
-	uint64_t window_ns;              /* the shortest window the source resolves */
-	uint64_t at_ns;                  /* the last sample */
+	int stat_fd;                     /* /proc/stat */
+	uint64_t hz;                     /* its clock ticks a second */
+	uint64_t at_ns;                  /* the last sample (0: none yet) */
 	uint64_t idle_us[CPU_BUSY_MAX];  /* idle time at the last sample */
 	uint64_t self_ns;                /* the sampling thread's CPU time then */
-	unsigned reads;                  /* system calls the last sample made */
+	double share[CPU_BUSY_MAX];      /* the last window's busy shares, -1: none */
+	unsigned calls;                  /* system calls the last sample made */
 };
 
-/* Opens the source for the machine's CPUs (all of them: the thread's
- * affinity may change later): cpuidle's counters if `cpuidle` and there are
- * any, else /proc/stat.  False: none (one CPU, too many, or no source
- * readable). */
-bool cpu_busy_open(struct cpu_busy *cb, bool cpuidle);
+/* Opens /proc/stat and notes the online CPUs; false: not looked at (one
+ * CPU, more than CPU_BUSY_MAX, or no /proc/stat). */
+bool cpu_busy_open(struct cpu_busy *cb);
 void cpu_busy_close(struct cpu_busy *cb);
 
-/* Call from the thread whose own time is to be left out.  When a window has
- * passed since the last sample, returns true and sets *here_busy to the
- * share (0..1) of the window that threads other than this one kept `here`
- * busy, *other to the least busy CPU of `allowed` but `here` and
- * *other_busy to its share; false otherwise (too soon, a first sample, or
- * no such CPU). */
-bool cpu_busy_sample(struct cpu_busy *cb, uint64_t now, int here, const cpu_set_t *allowed,
-		     double *here_busy, int *other, double *other_busy);
+/* Call from the thread whose own time is to be left out, which runs on
+ * `here` now.  When a window has passed since the last sample, takes one
+ * and returns true if it gave shares: each CPU's share (0..1) of the window
+ * that it was kept busy, less, for `here`, this thread's own time.  False:
+ * too soon, a first sample, a window many times too long, or a failed read
+ * (shares unknown then). */
+bool cpu_busy_sample(struct cpu_busy *cb, uint64_t now, int here);
+
+/* The last window's share of `cpu`; -1 if not known. */
+double cpu_busy_share(const struct cpu_busy *cb, int cpu);
+
+/* The least busy CPU of `allowed` but `except` by the last window, and its
+ * share in *share; -1 if none is known. */
+int cpu_busy_least(const struct cpu_busy *cb, const cpu_set_t *allowed, int except, double *share);
 
 #endif

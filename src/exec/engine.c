@@ -109,7 +109,7 @@ static void engine_spin_fair(struct uroce_dev *dev, bool fair)
  * UDP to a computing target: median 35 us against 17 us idle).  So before
  * it sleeps, the engine looks at how busy its CPU has been kept by other
  * threads over the last window (cpu_busy.c: the kernel's per-CPU idle
- * time, less the engine's own), and if that is most of it while another
+ * time in /proc/stat, less the engine's own), and if that is most of it while another
  * CPU it may run on has been mostly idle, moves there.  Moving after the
  * waker instead (a doorbell names its ringer's CPU) put the engine of an
  * idle perftest target onto the CPU its streaming requester keeps busy,
@@ -127,30 +127,48 @@ static void engine_spin_fair(struct uroce_dev *dev, bool fair)
  * for its answer and sleeps 100 us reads 0.2-0.4).  The gap between the two
  * keeps a move from being undone at the next look. */
 #define PLACE_IDLE_THERE 0.5
-static void engine_place(struct uroce_dev *dev, uint64_t now)
+static void engine_place(struct uroce_dev *dev, struct cpu_busy *cb, uint64_t now)
 {
-	double here_busy, other_busy;
-	int other;
 	int here = sched_getcpu();
-	cpu_set_t allowed, one;
-	if (here < 0 || now - dev->eng.cpu_busy->at_ns < dev->eng.cpu_busy->window_ns)
+	if (here < 0)
 		return;
+	if (now - cb->at_ns >= CPU_BUSY_WINDOW_NS) {
+		cpu_busy_sample(cb, now, here);
+		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_other, cb->calls);
+		dev->eng.place_declined = false;
+	}
+	/* By the last window's shares, until the next: the kernel may wake
+	 * the engine on the busy CPU again meanwhile (it wakes a real-time
+	 * thread elsewhere when a real-time thread runs where it last ran, a
+	 * requester's own engine, say), and it moves off at its next sleep,
+	 * without waiting a window there.  A look that found nowhere to go is
+	 * not made again until the next window (its system call). */
+	if (dev->eng.place_declined || cpu_busy_share(cb, here) < PLACE_BUSY_HERE)
+		return;
+	cpu_set_t allowed, one;
+	double other_busy;
 	dev_count_syscall(dev, UC_sys_sched);
 	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
 		return;
-	bool answer = cpu_busy_sample(dev->eng.cpu_busy, now, here, &allowed, &here_busy, &other, &other_busy);
-	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_other, dev->eng.cpu_busy->reads);
-	if (!answer)
+	int other = cpu_busy_least(cb, &allowed, here, &other_busy);
+	if (other < 0 || other_busy > PLACE_IDLE_THERE) {
+		dev->eng.place_declined = true;
 		return;
-	if (here_busy < PLACE_BUSY_HERE || other_busy > PLACE_IDLE_THERE)
-		return;
+	}
 	CPU_ZERO(&one);
 	CPU_SET(other, &one);
 	dev_count_syscall(dev, UC_sys_sched);
 	if (sched_setaffinity(0, sizeof(one), &one) < 0)
 		return;
+	/* Put back as read above: a change another thread made to this
+	 * thread's affinity in between (two system calls) is lost.  A mask
+	 * that cannot be put back (a cpuset changed meanwhile) leaves the
+	 * engine on `other`; it is then placed no more. */
 	dev_count_syscall(dev, UC_sys_sched);
-	sched_setaffinity(0, sizeof(allowed), &allowed);
+	if (sched_setaffinity(0, sizeof(allowed), &allowed) < 0) {
+		LOG_DBG("uroce: engine affinity not restored (%s): placement stops", strerror(errno));
+		cpu_busy_close(cb);
+	}
 	dev_count(dev, UC_engine_moves, 1);
 }
 
@@ -223,7 +241,7 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
  * (dev->eng.sleeping) and to same-host senders, who then ring a doorbell on the
  * socket -- and what came meanwhile is run instead: returns -1 then, else
  * epoll's count. */
-static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
+static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct cpu_busy *place)
 {
 	atomic_store(&dev->eng.sleeping, true);
 	net_rx_sleeping(dev->net, true);
@@ -234,8 +252,8 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep)
 	}
 	if (count_sleep)
 		dev_count(dev, UC_engine_sleeps, 1);
-	if (dev->eng.rt && dev->eng.cpu_busy)
-		engine_place(dev, now_ns());
+	if (place)
+		engine_place(dev, place, now_ns());
 	int n = engine_sleep(dev, dev->eng.epfd, 0, true);
 	net_rx_sleeping(dev->net, false);
 	if (n > 0)
@@ -251,9 +269,10 @@ static void *engine_main(void *arg)
 	bool spare = false;
 
 	mark_engine_thread();
+	/* where a real-time engine sleeps (engine_place); an ordinary one is
+	 * placed by the kernel's wake_affine */
 	struct cpu_busy cpu_busy;
-	if (dev->eng.rt && dev->cfg.engine_place && cpu_busy_open(&cpu_busy, true))
-		dev->eng.cpu_busy = &cpu_busy;
+	struct cpu_busy *place = dev->eng.rt && dev->cfg.engine_place && cpu_busy_open(&cpu_busy) ? &cpu_busy : NULL;
 	/* A real-time engine spins as an ordinary thread (engine_spin_fair),
 	 * and at nice 0 it was preempted mid-spin by the application threads
 	 * the scheduler put beside it, runnable but off its CPU for a CFS
@@ -336,7 +355,7 @@ static void *engine_main(void *arg)
 			/* defer mode: sleep on the sockets; when packets come while
 			 * an application is polling this very moment, give it the
 			 * first chance and take only what it leaves behind */
-			int n = sleep_on_sockets(dev, false);
+			int n = sleep_on_sockets(dev, false, NULL);
 			if (n < 0)
 				continue;
 			now = now_ns();
@@ -413,13 +432,14 @@ static void *engine_main(void *arg)
 				continue;
 			}
 		}
-		int n = sleep_on_sockets(dev, last_traffic != 0);
+		/* placed only once traffic came: an idle process looks at
+		 * nothing */
+		int n = sleep_on_sockets(dev, last_traffic != 0, last_traffic ? place : NULL);
 		if (n != 0)
 			last_traffic = now_ns();
 	}
-	if (dev->eng.cpu_busy)
-		cpu_busy_close(dev->eng.cpu_busy);
-	dev->eng.cpu_busy = NULL;
+	if (place)
+		cpu_busy_close(place);
 	return NULL;
 }
 
