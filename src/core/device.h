@@ -23,7 +23,6 @@ struct uroce_engine {
 	bool fair;                      /* a real-time engine spinning as SCHED_OTHER (engine thread only) */
 	int ncpus;                      /* CPUs this process may run on */
 	int loadavg_fd;                 /* /proc/loadavg: may the engine spin? */
-	bool place_declined;            /* engine_place found nowhere to go this window (engine thread only) */
 	int epfd, kick_fd;
 	int epfd_timers;                /* kick_fd only: sleep while applications poll */
 	/* the pollers' stamps (exec/progress.c, poll_stamp), on a line of

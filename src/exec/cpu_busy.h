@@ -27,8 +27,10 @@ struct cpu_busy {
 	uint64_t idle_us[CPU_BUSY_MAX];  /* idle time at the last sample */
 	uint64_t self_ns;                /* the sampling thread's CPU time then */
 	double share[CPU_BUSY_MAX];      /* the last window's busy shares, -1: none */
-	unsigned calls;                  /* system calls the last sample made */
 };
+
+/* The system calls a sample makes: the thread's CPU clock and the pread. */
+#define CPU_BUSY_SAMPLE_CALLS 2
 
 /* Opens /proc/stat and notes the online CPUs; false: not looked at (one
  * CPU, more than CPU_BUSY_MAX, or no /proc/stat). */
@@ -37,10 +39,10 @@ void cpu_busy_close(struct cpu_busy *cb);
 
 /* Call from the thread whose own time is to be left out, which runs on
  * `here` now.  When a window has passed since the last sample, takes one
- * and returns true if it gave shares: each CPU's share (0..1) of the window
- * that it was kept busy, less, for `here`, this thread's own time.  False:
- * too soon, a first sample, a window many times too long, or a failed read
- * (shares unknown then). */
+ * and returns true.  It sets each CPU's share (0..1) of the window that it
+ * was kept busy, less, for `here`, this thread's own time; after a first
+ * sample, a window many times too long or a failed read, the shares are
+ * unknown (cpu_busy_share: -1).  False: too soon, nothing read. */
 bool cpu_busy_sample(struct cpu_busy *cb, uint64_t now, int here);
 
 /* The last window's share of `cpu`; -1 if not known. */

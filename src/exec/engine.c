@@ -127,34 +127,39 @@ static void engine_spin_fair(struct uroce_dev *dev, bool fair)
  * for its answer and sleeps 100 us reads 0.2-0.4).  The gap between the two
  * keeps a move from being undone at the next look. */
 #define PLACE_IDLE_THERE 0.5
-static void engine_place(struct uroce_dev *dev, struct cpu_busy *cb, uint64_t now)
+
+/* A real-time engine's placement (engine thread only). */
+struct engine_placement {
+	struct cpu_busy busy;
+	cpu_set_t allowed;              /* this thread's CPUs at the last sample */
+};
+
+static void engine_place(struct uroce_dev *dev, struct engine_placement *p, uint64_t now)
 {
 	int here = sched_getcpu();
 	if (here < 0)
 		return;
-	if (now - cb->at_ns >= CPU_BUSY_WINDOW_NS) {
-		cpu_busy_sample(cb, now, here);
-		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_other, cb->calls);
-		dev->eng.place_declined = false;
+	if (cpu_busy_sample(&p->busy, now, here)) {
+		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_other, CPU_BUSY_SAMPLE_CALLS);
+		dev_count_syscall(dev, UC_sys_sched);
+		if (sched_getaffinity(0, sizeof(p->allowed), &p->allowed) < 0)
+			CPU_ZERO(&p->allowed);
 	}
-	/* By the last window's shares, until the next: the kernel may wake
-	 * the engine on the busy CPU again meanwhile (it wakes a real-time
-	 * thread elsewhere when a real-time thread runs where it last ran, a
-	 * requester's own engine, say), and it moves off at its next sleep,
-	 * without waiting a window there.  A look that found nowhere to go is
-	 * not made again until the next window (its system call). */
-	if (dev->eng.place_declined || cpu_busy_share(cb, here) < PLACE_BUSY_HERE)
-		return;
-	cpu_set_t allowed, one;
+	/* By the last window's shares and CPUs, until the next, with no system
+	 * call: the kernel may wake the engine on the busy CPU again meanwhile
+	 * (it wakes a real-time thread elsewhere when a real-time thread runs
+	 * where it last ran, a requester's own engine, say), and it moves off
+	 * at its next sleep, without waiting a window there. */
 	double other_busy;
+	int other;
+	if (cpu_busy_share(&p->busy, here) < PLACE_BUSY_HERE ||
+	    (other = cpu_busy_least(&p->busy, &p->allowed, here, &other_busy)) < 0 || other_busy > PLACE_IDLE_THERE)
+		return;
+	/* the mask as it is now, to be put back */
+	cpu_set_t allowed, one;
 	dev_count_syscall(dev, UC_sys_sched);
-	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0 || !CPU_ISSET(other, &allowed))
 		return;
-	int other = cpu_busy_least(cb, &allowed, here, &other_busy);
-	if (other < 0 || other_busy > PLACE_IDLE_THERE) {
-		dev->eng.place_declined = true;
-		return;
-	}
 	CPU_ZERO(&one);
 	CPU_SET(other, &one);
 	dev_count_syscall(dev, UC_sys_sched);
@@ -167,7 +172,7 @@ static void engine_place(struct uroce_dev *dev, struct cpu_busy *cb, uint64_t no
 	dev_count_syscall(dev, UC_sys_sched);
 	if (sched_setaffinity(0, sizeof(allowed), &allowed) < 0) {
 		LOG_DBG("uroce: engine affinity not restored (%s): placement stops", strerror(errno));
-		cpu_busy_close(cb);
+		cpu_busy_close(&p->busy);
 	}
 	dev_count(dev, UC_engine_moves, 1);
 }
@@ -241,7 +246,7 @@ static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool dead
  * (dev->eng.sleeping) and to same-host senders, who then ring a doorbell on the
  * socket -- and what came meanwhile is run instead: returns -1 then, else
  * epoll's count. */
-static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct cpu_busy *place)
+static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct engine_placement *place)
 {
 	atomic_store(&dev->eng.sleeping, true);
 	net_rx_sleeping(dev->net, true);
@@ -271,8 +276,9 @@ static void *engine_main(void *arg)
 	mark_engine_thread();
 	/* where a real-time engine sleeps (engine_place); an ordinary one is
 	 * placed by the kernel's wake_affine */
-	struct cpu_busy cpu_busy;
-	struct cpu_busy *place = dev->eng.rt && dev->cfg.engine_place && cpu_busy_open(&cpu_busy) ? &cpu_busy : NULL;
+	struct engine_placement placement;
+	struct engine_placement *place =
+		dev->eng.rt && dev->cfg.engine_place && cpu_busy_open(&placement.busy) ? &placement : NULL;
 	/* A real-time engine spins as an ordinary thread (engine_spin_fair),
 	 * and at nice 0 it was preempted mid-spin by the application threads
 	 * the scheduler put beside it, runnable but off its CPU for a CFS
@@ -439,7 +445,7 @@ static void *engine_main(void *arg)
 			last_traffic = now_ns();
 	}
 	if (place)
-		cpu_busy_close(place);
+		cpu_busy_close(&place->busy);
 	return NULL;
 }
 

@@ -468,18 +468,24 @@ void net_rx_sleeping(struct uroce_net *net, bool sleeping)
 
 /* ------------------------------------------------------------ rdma_cm (cm/) */
 
+/* The registry of GID gid_index's address; NULL: the address is this
+ * process's alone, with nothing to claim against. */
+static struct share *cm_share(struct uroce_net *net, int gid_index)
+{
+	return gid_index >= 0 && gid_index < UROCE_MAX_GIDS ? net->share[gid_index] : NULL;
+}
+
 int net_cm_port_claim(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
 {
-	/* an address without a registry is this process's alone: nothing to claim */
-	if (gid_index < 0 || gid_index >= UROCE_MAX_GIDS || !net->share[gid_index])
-		return 0;
-	return share_port_claim(net->share[gid_index], ps, port);
+	struct share *sh = cm_share(net, gid_index);
+	return sh ? share_port_claim(sh, ps, port) : 0;
 }
 
 void net_cm_port_release(struct uroce_net *net, int gid_index, uint16_t ps, uint16_t port)
 {
-	if (gid_index >= 0 && gid_index < UROCE_MAX_GIDS && net->share[gid_index])
-		share_port_release(net->share[gid_index], ps, port);
+	struct share *sh = cm_share(net, gid_index);
+	if (sh)
+		share_port_release(sh, ps, port);
 }
 
 void net_cm_enable(struct uroce_net *net)

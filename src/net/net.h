@@ -284,8 +284,9 @@ static inline void net_tap_rx(struct uroce_net *net, const struct uroce_rxpkt *p
 	}
 }
 /* rdma_cm (cm/) on shared addresses (share.h): a port bound by this
- * process on GID index gid_index (cm/ claims a wildcard GID by GID), 0 or -EADDRINUSE when another process
- * of the address holds it; released; this process runs a CM (QP1).  On an
+ * process on GID index gid_index (cm/ claims a wildcard GID by GID), 0 or
+ * -EADDRINUSE when another process of the address holds it; released; this
+ * process runs a CM (QP1).  On an
  * address nobody shares they do nothing (the process's own table is
  * cm/'s).  A CM comm ID carries net->qpn_slot in its high bits
  * (SHARE_COMM_ID_SHIFT), so a reply finds the process. */

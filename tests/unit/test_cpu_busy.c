@@ -45,18 +45,11 @@ static void *spinner(void *arg)
 	return NULL;
 }
 
-static uint64_t thread_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* One window, the sampler sleeping or spinning through it; true with
  * shares.  *own: the share of the window the sampler ran. */
 static bool window(struct cpu_busy *cb, bool spin, int here, double *own)
 {
-	uint64_t start = cb->at_ns, t0 = thread_ns();
+	uint64_t start = cb->at_ns, t0 = thread_cpu_ns();
 	uint64_t until = start + CPU_BUSY_WINDOW_NS + CPU_BUSY_WINDOW_NS / 10;
 	if (spin) {
 		while (now_ns() < until)
@@ -67,8 +60,8 @@ static bool window(struct cpu_busy *cb, bool spin, int here, double *own)
 		nanosleep(&ts, NULL);
 	}
 	uint64_t now = now_ns();
-	*own = (double)(thread_ns() - t0) / (double)(now - start);
-	return cpu_busy_sample(cb, now, here);
+	*own = (double)(thread_cpu_ns() - t0) / (double)(now - start);
+	return cpu_busy_sample(cb, now, here) && cpu_busy_share(cb, here) >= 0;
 }
 
 int main(void)
