@@ -257,6 +257,17 @@ struct uroce_ack {
 	uint64_t late_ns;           /* a deferred ACK went alone then, 0 = not since */
 	bool deferred_listed;       /* on dev->acks_deferred (rx_lock) */
 	struct uroce_qp *next_deferred;
+	/* a stream of messages (ack.c, ack_stream): the owed ACK waits for more */
+	uint16_t owed_msgs;         /* message ends the owed ACK covers */
+	bool stream;                /* defer_ns is a wait for more of a stream, not for a request */
+	bool streaming;             /* the peer sends messages without waiting for each ACK */
+	bool stream_listed;         /* waiting for more, and on this batch's owed list */
+	bool stream_grew;           /* a message joined since the wait began */
+	uint32_t stream_psn;        /* owed_psn when the wait began */
+	uint32_t stream_gap_ns;     /* the stream's gap between batches, averaged */
+	uint64_t stream_seen_ns;    /* the last batch that brought a message end */
+	uint16_t stream_skip;       /* pipelined batches to pass over before waiting again */
+	uint16_t stream_backoff;    /* the skip after the next wait that nothing joins, 0 = the least */
 };
 
 struct uroce_flow; /* net/ */

@@ -15,6 +15,15 @@
 #define ACK_PROBE_EVERY 16       /* a QP that stopped deferring tries again this often */
 #define ACK_WAIT_MAX_X 50        /* the wait grows to at most this many UROCE_ACK_DEFER_US */
 
+/* ACK coalescing in a stream (ack_stream) */
+#define ACK_STREAM_PKTS 16          /* a waiting ACK covers at most this many packets more: an
+				     * eighth of the smallest window of our requesters
+				     * (cc_window_max) and of rxe's */
+#define ACK_STREAM_WAIT_MIN_NS 1000ull  /* it waits twice the stream's gap between batches, */
+#define ACK_STREAM_WAIT_MAX_NS 10000ull /* within these bounds; a longer gap is a pause */
+#define ACK_STREAM_SKIP_MIN 16      /* pipelined batches passed over after a wait nothing joined, */
+#define ACK_STREAM_SKIP_MAX 1024    /* doubling with each such wait in a row */
+
 /* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
 static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn,
 		     uint8_t flags)
@@ -62,15 +71,27 @@ void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
 			qp->ack.owed_psn = psn;
 			qp->ack.owed_msg_end = msg_end;
 		}
-		if (!msg_end)
+		if (msg_end)
+			qp->ack.owed_msgs++;
+		else
 			qp->ack.owed_msg_end = false;  /* a retry or a mid-message AckReq: at once */
-		if (!qp->ack.defer_ns || msg_end)
-			return;  /* on this batch's list, or a deferral still bounded by its deadline */
-		qp->ack.defer_ns = 0;  /* a mid-message AckReq: no answer can come first (ack_defer) */
+		if (!qp->ack.defer_ns)
+			return;  /* on this batch's list */
+		if (!msg_end) {
+			/* a mid-message AckReq: no answer can come first (ack_defer),
+			 * and a window waits for it (ack_stream) */
+			qp->ack.defer_ns = 0;
+			qp->ack.stream = false;
+		} else if (qp->ack.stream && !qp->ack.stream_listed) {
+			qp->ack.stream_listed = true;  /* more of the stream: the batch's end counts it */
+		} else {
+			return;  /* a deferral still bounded by its deadline, or listed already */
+		}
 	} else {
 		qp->ack.owed = true;
 		qp->ack.owed_psn = psn;
 		qp->ack.owed_msg_end = msg_end;
+		qp->ack.owed_msgs = msg_end;
 	}
 	if (dev->n_acks_owed == UROCE_RX_BATCH) {
 		ack_flush_owed(qp);
@@ -79,12 +100,23 @@ void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
 	dev->acks_owed[dev->n_acks_owed++] = qp;
 }
 
+/* The owed ACK is sent or dropped: whatever waited for it, waits no more. */
+static void ack_settled(struct uroce_qp *qp)
+{
+	qp->ack.owed = false;
+	qp->ack.defer_ns = 0;
+	qp->ack.owed_msgs = 0;
+	qp->ack.stream = false;
+	qp->ack.stream_listed = false;
+	qp->ack.stream_grew = false;
+}
+
 void ack_flush_owed(struct uroce_qp *qp)
 {
 	if (qp->ack.owed) {
-		qp->ack.owed = false;
-		qp->ack.defer_ns = 0;
-		send_ack(qp, qp->ack.owed_psn);
+		uint32_t psn = qp->ack.owed_psn;
+		ack_settled(qp);
+		send_ack(qp, psn);
 	}
 }
 
@@ -133,8 +165,77 @@ static void ack_ride_hit(struct uroce_qp *qp)
 		qp->ack.ride_hits++;
 }
 
+/* ACK coalescing in a stream (issue #17).  Within a receive batch the owed
+ * ACKs of a QP go as one (ack_owe, §6.5), but a receiver that keeps up with
+ * a stream of small messages sees batches of one or two, and answered about
+ * one message in two with an ACK datagram of its own: a system call on each
+ * side beside the requests (ib_write_bw 64 B between two namespaces: 0.57
+ * ACKs a message).  A peer that sends messages without waiting for each
+ * one's ACK -- two or more owed in one batch show it -- loses nothing when
+ * the ACK waits a little for more of them: its window is open, and one ACK
+ * covers every PSN up to its own (§6.5; §6.6 allows it any time before the
+ * requester's timer).  So the ACK of such a QP waits until twice the
+ * stream's gap between batches has passed with nothing more of it, or until
+ * it covers ACK_STREAM_PKTS packets more.  The wait is what a burst's last
+ * message pays, so it follows the stream (a ring's batches come ~1 us
+ * apart, a namespace's UDP several), within 1-10 us.  A wait that nothing
+ * joined was not a stream's: a peer with a send queue of two, waiting for
+ * this very ACK.  Such a QP waits no more until more pipelined batches have
+ * shown a stream again, 16 and twice as many after each such wait in a row,
+ * so that peer pays the wait ever more rarely.  One message at a time
+ * (ping-pong, a READ, a WRITE and its completion) never puts two in a
+ * batch; request-response traffic has its ACKs ride (ack_defer), tried
+ * first; UROCE_ACK_DEFER_US=0 turns both off. */
+static bool ack_stream(struct uroce_qp *qp)
+{
+	if (qp->type != IBV_QPT_RC || !qp->ack.owed_msg_end || !qp->dev->cfg.ack_defer_us)
+		return false;
+	/* as for a ride: an ordinary engine may wake for the deadline late */
+	if (!qp->dev->eng.rt && on_engine_thread())
+		return false;
+	if (!qp->ack.streaming) {
+		if (qp->ack.owed_msgs < 2)
+			return false;
+		if (qp->ack.stream_skip) {
+			qp->ack.stream_skip--;
+			return false;
+		}
+		qp->ack.streaming = true;
+	}
+	return true;
+}
+
+static uint64_t ack_stream_wait_ns(const struct uroce_qp *qp)
+{
+	uint64_t w = 2ull * qp->ack.stream_gap_ns;
+	return w < ACK_STREAM_WAIT_MIN_NS ? ACK_STREAM_WAIT_MIN_NS : w > ACK_STREAM_WAIT_MAX_NS ? ACK_STREAM_WAIT_MAX_NS : w;
+}
+
+/* A batch brought message ends of the QP: the gap since the last such batch,
+ * averaged over the last few, unless it was a pause (longer than any wait). */
+static void ack_stream_seen(struct uroce_qp *qp, uint64_t now)
+{
+	uint64_t gap = now - qp->ack.stream_seen_ns;
+
+	if (qp->ack.stream_seen_ns && gap < ACK_STREAM_WAIT_MAX_NS)
+		qp->ack.stream_gap_ns = (uint32_t)((7ull * qp->ack.stream_gap_ns + gap) / 8);
+	qp->ack.stream_seen_ns = now;
+}
+
+/* A stream's wait ended with nothing joined (ack_stream). */
+static void ack_stream_alone(struct uroce_dev *dev, struct uroce_qp *qp)
+{
+	dev_count(dev, UC_acks_stream_alone, 1);
+	qp->ack.streaming = false;
+	qp->ack.stream_skip = qp->ack.stream_backoff ? qp->ack.stream_backoff : ACK_STREAM_SKIP_MIN;
+	qp->ack.stream_backoff = qp->ack.stream_skip < ACK_STREAM_SKIP_MAX / 2 ? 2 * qp->ack.stream_skip
+									       : ACK_STREAM_SKIP_MAX;
+}
+
 static uint64_t ack_wait_ns(const struct uroce_qp *qp)
 {
+	if (qp->ack.stream)
+		return ack_stream_wait_ns(qp);
 	return (qp->ack.wait_us ? qp->ack.wait_us : qp->dev->cfg.ack_defer_us) * 1000ull;
 }
 
@@ -154,29 +255,53 @@ void ack_request_follows(struct uroce_qp *qp)
 	ack_ride_hit(qp);
 }
 
+/* The owed ACK waits from now (a ride's or a stream's: ack_wait_ns), on the
+ * list of deferred ACKs.  The engine looks at least once per poll grace
+ * while applications poll, and a spinning engine or poller runs the
+ * deadline; the engine is kicked only if it sleeps longer. */
+static void ack_wait(struct uroce_dev *dev, struct uroce_qp *qp, uint64_t now)
+{
+	qp->ack.defer_ns = now;
+	if (!qp->ack.deferred_listed) {
+		qp->ack.deferred_listed = true;
+		qp->ack.next_deferred = dev->acks_deferred;
+		dev->acks_deferred = qp;
+	}
+	uint64_t wait = ack_wait_ns(qp), grace = dev->cfg.poll_grace_us * 1000ull;
+	deadline_lower(dev, &dev->ack_flush_next, now + wait, false);
+	wake_engine_by(dev, now + (wait > grace ? wait : grace));
+}
+
 void ack_rx_batch_end(struct uroce_dev *dev)
 {
 	uint64_t now = 0;
 
+	if (dev->n_acks_owed)
+		now = now_ns();
 	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
 		struct uroce_qp *qp = dev->acks_owed[i];
 		pthread_mutex_lock(&qp->lock);
+		if (qp->ack.owed_msgs)
+			ack_stream_seen(qp, now);
 		if (!qp->ack.owed || !ack_may_be_sent(qp)) {
 			ack_now(qp);  /* nothing to send: owed and deferral both end */
 		} else if (!qp->ack.defer_ns && ack_defer(qp)) {
-			if (!now)
-				now = now_ns();
-			qp->ack.defer_ns = now;
-			if (!qp->ack.deferred_listed) {
-				qp->ack.deferred_listed = true;
-				qp->ack.next_deferred = dev->acks_deferred;
-				dev->acks_deferred = qp;
+			ack_wait(dev, qp, now);
+		} else if (!qp->ack.defer_ns && ack_stream(qp)) {
+			dev_count(dev, UC_acks_stream_waits, 1);
+			qp->ack.stream = true;
+			qp->ack.stream_psn = qp->ack.owed_psn;
+			ack_wait(dev, qp, now);
+		} else if (qp->ack.stream) {
+			/* more of the stream joined its waiting ACK (ack_owe) */
+			qp->ack.stream_listed = false;
+			qp->ack.stream_grew = true;
+			if (psn_cmp(qp->ack.owed_psn, qp->ack.stream_psn) >= (int32_t)ACK_STREAM_PKTS) {
+				qp->ack.stream_backoff = 0;  /* a stream for sure */
+				ack_flush_owed(qp);
+			} else {
+				ack_wait(dev, qp, now);
 			}
-			/* the engine looks at least once per poll grace while
-			 * applications poll; kick it only if it sleeps longer */
-			uint64_t wait = ack_wait_ns(qp), grace = dev->cfg.poll_grace_us * 1000ull;
-			deadline_lower(dev, &dev->ack_flush_next, now + wait, false);
-			wake_engine_by(dev, now + (wait > grace ? wait : grace));
 		} else if (!qp->ack.defer_ns) {
 			ack_flush_owed(qp);
 		}
@@ -201,6 +326,10 @@ void ack_flush_deferred(struct uroce_dev *dev, uint64_t now)
 			keep = true;
 			if (qp->ack.defer_ns + wait < next)
 				next = qp->ack.defer_ns + wait;
+		} else if (qp->ack.owed && qp->ack.defer_ns && qp->ack.stream) {
+			if (!qp->ack.stream_grew)
+				ack_stream_alone(dev, qp);
+			ack_now(qp);
 		} else if (qp->ack.owed && qp->ack.defer_ns) {
 			dev_count(dev, UC_acks_deferred_late, 1);
 			qp->ack.late_ns = now;  /* a miss, unless a request follows soon */
@@ -225,19 +354,22 @@ void ack_now(struct uroce_qp *qp)
 {
 	if (qp->ack.owed && ack_may_be_sent(qp))
 		ack_flush_owed(qp);
-	qp->ack.owed = false;
-	qp->ack.defer_ns = 0;
+	ack_settled(qp);
 }
 
 /* A new or reset QP: no ACK owed, and ACKs may wait for a request to ride
  * with (ack_defer) from the start.  Under qp->lock or before publication. */
 void ack_reset(struct uroce_qp *qp)
 {
-	qp->ack.owed = false;
-	qp->ack.defer_ns = 0;
+	ack_settled(qp);
 	qp->ack.late_ns = 0;
 	qp->ack.wait_us = 0;
 	qp->ack.ride_hits = ACK_RIDE_HITS_START;
+	qp->ack.streaming = false;
+	qp->ack.stream_skip = 0;
+	qp->ack.stream_backoff = 0;
+	qp->ack.stream_gap_ns = 0;
+	qp->ack.stream_seen_ns = 0;
 }
 
 /* The QP is being destroyed (under rx_lock): off the deferred list, its owed
@@ -265,9 +397,9 @@ void ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 		dev_count(qp->dev, UC_acks_ridden, 1);
 		ack_ride_hit(qp);
 	}
-	qp->ack.owed = false;
-	qp->ack.defer_ns = 0;
+	uint32_t psn = qp->ack.owed_psn;
+	ack_settled(qp);
 	dev_count(qp->dev, UC_acks_tx, 1);
-	aeth_add(qp, b, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, qp->ack.owed_psn, 0);
+	aeth_add(qp, b, OP_RC_ACK | qp_opcode_base(qp), AETH_ACK_UNLIMITED, psn, 0);
 }
 

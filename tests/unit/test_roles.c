@@ -1330,6 +1330,110 @@ out:
 	rig_down(&r);
 }
 
+/* Deferred ACKs whose wait has ended by `at` go out (ack_flush_deferred). */
+static void flush_acks(uint64_t at)
+{
+	pthread_mutex_lock(&dev->rx_lock);
+	ack_flush_deferred(dev, at);
+	pthread_mutex_unlock(&dev->rx_lock);
+}
+
+/* Two WRITE ONLYs of 64 bytes in one batch, at psn and psn + 1. */
+static void deliver_two(struct rig *r, struct mem *m, uint32_t psn, const uint8_t *d)
+{
+	queue_write(OP_RC_WRITE_ONLY, r->qpn, psn, true, m->iova, m->mr->rkey, 64, d, 64);
+	queue_write(OP_RC_WRITE_ONLY, r->qpn, psn + 1, true, m->iova + 64, m->mr->rkey, 64, d, 64);
+	CHECK(deliver() == 2, "two WRITEs received");
+}
+
+/* §6.5 coalescing across batches (ack.c, ack_stream): the ACK of a peer that
+ * pipelines its messages waits for more of them, covers at most 16 packets
+ * more, and goes at its deadline when nothing more comes; after a wait that
+ * nothing joined, the QP ACKs at once until 16 pipelined batches have shown
+ * a stream again.  Every ACK acknowledges the last PSN received. */
+static void test_resp_ack_stream(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	uint8_t d[64];
+	uint32_t psn = RQ_PSN, msn = 0;
+	unsigned defer_us = dev->cfg.ack_defer_us;
+
+	dev->cfg.ack_defer_us = 20;  /* the fake turns ACK waits off */
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	pattern(d, sizeof(d), 86);
+
+	/* one message at a time: its ACK waits for a request to ride with
+	 * until that stops paying (ack_defer), then goes at the batch's end */
+	bool at_once = false;
+	for (int i = 0; i < 12 && !at_once; i++) {
+		fake_sent_clear();
+		queue_write(OP_RC_WRITE_ONLY, r.qpn, psn++, true, m.iova, m.mr->rkey, 64, d, 64);
+		msn++;
+		deliver();
+		at_once = fake_sent_count() == 1;
+		flush_acks(now_ns() + 1000000000ull);
+		check_nsent(1, "a lone WRITE's ACK");
+	}
+	CHECK(at_once, "one-way single WRITEs are ACKed at the batch's end once no request follows");
+
+	/* two in a batch: the peer pipelines, and the ACK waits for more */
+	fake_sent_clear();
+	deliver_two(&r, &m, psn, d);
+	psn += 2, msn += 2;
+	check_nsent(0, "the ACK of a stream's batch waits");
+	/* batches that join it: the ACK goes once it covers 16 packets more than
+	 * the first one it waited for, and acknowledges the last */
+	uint32_t first = psn - 1;
+	int batches = 0;
+	while (fake_sent_count() == 0 && batches < 40) {
+		queue_write(OP_RC_WRITE_ONLY, r.qpn, psn++, true, m.iova, m.mr->rkey, 64, d, 64);
+		msn++;
+		deliver();
+		batches++;
+	}
+	CHECK(psn - 1 - first == 16, "the stream's ACK went after %u packets more, expected 16", psn - 1 - first);
+	check_nsent(1, "the stream's ACK");
+	check_aeth(fake_sent(0), psn - 1, AETH_ACK_UNLIMITED, msn, "the stream's ACK, of its last PSN");
+
+	/* a wait that nothing joins ends at its deadline, at most 10 us */
+	fake_sent_clear();
+	deliver_two(&r, &m, psn, d);
+	psn += 2, msn += 2;
+	check_nsent(0, "the next batch's ACK waits");
+	flush_acks(now_ns() + 15000);
+	check_nsent(1, "the ACK at its deadline");
+	check_aeth(fake_sent(0), psn - 1, AETH_ACK_UNLIMITED, msn, "the ACK nothing joined");
+
+	/* nothing joined: the next 16 pipelined batches are ACKed at once
+	 * (a batch whose ACK waits for a ride instead -- ack_defer tries again
+	 * now and then -- is flushed past the 20 us of UROCE_ACK_DEFER_US and
+	 * not counted), and the one after waits again */
+	int immediate = 0;
+	for (int i = 0; i < 40 && immediate < 17; i++) {
+		fake_sent_clear();
+		deliver_two(&r, &m, psn, d);
+		psn += 2, msn += 2;
+		if (fake_sent_count() == 1) {
+			check_aeth(fake_sent(0), psn - 1, AETH_ACK_UNLIMITED, msn, "an ACK at once");
+			immediate++;
+			continue;
+		}
+		flush_acks(now_ns() + 15000);
+		if (fake_sent_count() == 1)
+			break;  /* a stream's wait: waiting again */
+		flush_acks(now_ns() + 1000000000ull);  /* a ride's */
+		check_nsent(1, "a ride's ACK at its deadline");
+	}
+	CHECK(immediate == 16, "%d pipelined batches ACKed at once after a wait nothing joined, expected 16",
+	      immediate);
+out:
+	dev->cfg.ack_defer_us = defer_us;
+	mem_down(&m);
+	rig_down(&r);
+}
+
 /* ============================================================ requester */
 
 /* 5000 bytes from two SGEs at PMTU 1024: FIRST, 3 MIDDLE, LAST with
@@ -3610,6 +3714,7 @@ int main(void)
 		{ "responder: invalid requests NAKed 0x61", test_resp_inv_req },
 		{ "responder: SEND inside a WRITE NAKed 0x61", test_resp_send_inside_write },
 		{ "responder: owed ACK leaves before a NAK", test_resp_ack_before_nak },
+		{ "responder: a stream's ACKs coalesce across batches, bounded", test_resp_ack_stream },
 		{ "requester: 5000-byte SEND segmented at MTU 1024", test_req_send_segmented },
 		{ "requester: WRITE carries its RETH on the FIRST only", test_req_write },
 		{ "requester: WRITE cut at the QP's path MTU 256", test_req_write_mtu256 },

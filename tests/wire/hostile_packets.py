@@ -74,11 +74,13 @@ DROPS = ('icrc_errors', 'drop_truncated', 'drop_bad_header', 'drop_unknown_qp', 
 # counters checked separately (rx) or derived from what the peer received
 # (tx), or counting the engine's own rhythm, not what a packet did: a timer
 # scan, engine wake-up, sleep or spin may fall into any step; whether an owed
-# ACK rode with a request or left alone at its deadline is timing too (the
-# ACK itself is checked: acks_tx and the responses the peer received), and so
-# is which thread received a packet (rx_by_engine: the engine or a poll)
+# ACK rode with a request, waited for more of a stream or left alone at its
+# deadline is timing too (the ACK itself is checked: acks_tx and the
+# responses the peer received), and so is which thread received a packet
+# (rx_by_engine: the engine or a poll)
 LOOSE = ('rx_packets', 'rx_bytes', 'tx_packets', 'tx_bytes', 'timer_scans', 'engine_kicks',
-         'acks_ridden', 'acks_deferred_late', 'engine_sleeps', 'engine_spin_no_cpu', 'engine_spin_displaced', 'engine_moves',
+         'acks_ridden', 'acks_deferred_late', 'acks_stream_waits', 'acks_stream_alone',
+         'engine_sleeps', 'engine_spin_no_cpu', 'engine_spin_displaced', 'engine_moves',
          'rx_by_engine')
 # the costs of a message (issue #18): system calls by kind, payload bytes
 # copied by stage -- the thread's rhythm, and bytes beside rx_bytes
