@@ -74,7 +74,7 @@ struct uroce_dev {
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
 	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
 	unsigned n_acks_owed;
-	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request (rx_lock) */
+	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request or more of a stream (rx_lock) */
 	_Atomic uint64_t ack_flush_next; /* earliest deferred ACK deadline, ns */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
 	/* multicast groups (obj/mcast.c): changed under rx_lock and

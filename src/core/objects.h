@@ -262,12 +262,12 @@ struct uroce_ack {
 	bool stream;                /* defer_ns is a wait for more of a stream, not for a request */
 	bool streaming;             /* the peer sends messages without waiting for each ACK */
 	bool stream_listed;         /* waiting for more, and on this batch's owed list */
-	bool stream_grew;           /* a message joined since the wait began */
 	uint32_t stream_psn;        /* owed_psn when the wait began */
 	uint32_t stream_gap_ns;     /* the stream's gap between batches, averaged */
 	uint64_t stream_seen_ns;    /* the last batch that brought a message end */
 	uint16_t stream_skip;       /* pipelined batches to pass over before waiting again */
-	uint16_t stream_backoff;    /* the skip after the next wait that nothing joins, 0 = the least */
+	uint16_t stream_backoff;    /* the next skip, 0 = the least */
+	uint8_t stream_unfilled;    /* waits in a row that ended at their deadline */
 };
 
 struct uroce_flow; /* net/ */

@@ -1,7 +1,8 @@
 /* The responder's ACK policy (§6.5, §6.6): which ACK is owed, coalescing
  * within a receive batch, and deferral -- an owed ACK waiting for a request
- * of its QP to ride with.  All under the QP's lock; the lists of owed and
- * deferred ACKs under rx_lock (transport_rx's caller). */
+ * of its QP to ride with, or for more of a stream of messages.  All under
+ * the QP's lock; the lists of owed and deferred ACKs under rx_lock
+ * (transport_rx's caller). */
 #include <string.h>
 #include "transport.h"
 #include "tx.h"
@@ -17,12 +18,13 @@
 
 /* ACK coalescing in a stream (ack_stream) */
 #define ACK_STREAM_PKTS 16          /* a waiting ACK covers at most this many packets more: an
-				     * eighth of the smallest window of our requesters
-				     * (cc_window_max) and of rxe's */
+				     * eighth of a window of 128, our requesters' least by
+				     * default (cc_window_max) and rxe's */
 #define ACK_STREAM_WAIT_MIN_NS 1000ull  /* it waits twice the stream's gap between batches, */
 #define ACK_STREAM_WAIT_MAX_NS 10000ull /* within these bounds; a longer gap is a pause */
-#define ACK_STREAM_SKIP_MIN 16      /* pipelined batches passed over after a wait nothing joined, */
-#define ACK_STREAM_SKIP_MAX 1024    /* doubling with each such wait in a row */
+#define ACK_STREAM_UNFILLED_MAX 4   /* waits in a row that end at their deadline, short of the 16, */
+#define ACK_STREAM_SKIP_MIN 16      /* and pipelined batches then passed over, */
+#define ACK_STREAM_SKIP_MAX 1024    /* doubling each time until a wait fills */
 
 /* An ACK/NAK (BTH + AETH) as the next packet of `b`. */
 static void aeth_add(struct uroce_qp *qp, struct tx_batch *b, uint8_t op, uint8_t syndrome, uint32_t psn,
@@ -71,9 +73,9 @@ void ack_owe(struct uroce_qp *qp, uint32_t psn, bool msg_end)
 			qp->ack.owed_psn = psn;
 			qp->ack.owed_msg_end = msg_end;
 		}
-		if (msg_end)
+		if (msg_end && qp->ack.owed_msgs < UINT16_MAX)
 			qp->ack.owed_msgs++;
-		else
+		else if (!msg_end)
 			qp->ack.owed_msg_end = false;  /* a retry or a mid-message AckReq: at once */
 		if (!qp->ack.defer_ns)
 			return;  /* on this batch's list */
@@ -108,7 +110,6 @@ static void ack_settled(struct uroce_qp *qp)
 	qp->ack.owed_msgs = 0;
 	qp->ack.stream = false;
 	qp->ack.stream_listed = false;
-	qp->ack.stream_grew = false;
 }
 
 void ack_flush_owed(struct uroce_qp *qp)
@@ -137,7 +138,8 @@ static bool ack_may_be_sent(const struct uroce_qp *qp)
  * again every 16th ACK otherwise; the wait is bounded by UROCE_ACK_DEFER_US
  * (§6.6 allows an ACK any time before the requester's timer; the
  * coalescing of §6.5 covers the PSNs in between). */
-static bool ack_defer(struct uroce_qp *qp)
+/* May the owed ACK wait at all (for a ride or for more of a stream)? */
+static bool ack_may_wait(const struct uroce_qp *qp)
 {
 	/* only the ACK of a whole message can be answered: one asked for in the
 	 * middle (a window-filling packet) goes at once, or the requester stalls */
@@ -145,7 +147,12 @@ static bool ack_defer(struct uroce_qp *qp)
 		return false;
 	/* an ordinary (not real-time) engine may wake for the deadline tens of
 	 * ms late on a loaded host: what it receives is ACKed at once */
-	if (!qp->dev->eng.rt && on_engine_thread())
+	return qp->dev->eng.rt || !on_engine_thread();
+}
+
+static bool ack_defer(struct uroce_qp *qp)
+{
+	if (!ack_may_wait(qp))
 		return false;
 	if (qp->ack.late_ns) {
 		/* the last deferred ACK went alone and no request followed:
@@ -169,29 +176,38 @@ static void ack_ride_hit(struct uroce_qp *qp)
  * ACKs of a QP go as one (ack_owe, §6.5), but a receiver that keeps up with
  * a stream of small messages sees batches of one or two, and answered about
  * one message in two with an ACK datagram of its own: a system call on each
- * side beside the requests (ib_write_bw 64 B between two namespaces: 0.57
+ * side beside the requests (ib_write_bw 64 B between two namespaces: 0.50-0.58
  * ACKs a message).  A peer that sends messages without waiting for each
  * one's ACK -- two or more owed in one batch show it -- loses nothing when
  * the ACK waits a little for more of them: its window is open, and one ACK
  * covers every PSN up to its own (§6.5; §6.6 allows it any time before the
  * requester's timer).  So the ACK of such a QP waits until twice the
  * stream's gap between batches has passed with nothing more of it, or until
- * it covers ACK_STREAM_PKTS packets more.  The wait is what a burst's last
- * message pays, so it follows the stream (a ring's batches come ~1 us
- * apart, a namespace's UDP several), within 1-10 us.  A wait that nothing
- * joined was not a stream's: a peer with a send queue of two, waiting for
- * this very ACK.  Such a QP waits no more until more pipelined batches have
- * shown a stream again, 16 and twice as many after each such wait in a row,
- * so that peer pays the wait ever more rarely.  One message at a time
- * (ping-pong, a READ, a WRITE and its completion) never puts two in a
- * batch; request-response traffic has its ACKs ride (ack_defer), tried
- * first; UROCE_ACK_DEFER_US=0 turns both off. */
+ * it covers ACK_STREAM_PKTS packets more: a stream fills that before the
+ * deadline.  The wait is what a burst's last message pays, so it follows
+ * the stream (a ring's batches come ~1 us apart, a namespace's UDP several),
+ * within 1-10 us.  A wait that ends at its deadline was a burst's end or a
+ * hiccup of the stream -- or a peer whose window or send queue holds fewer
+ * than the wait's 16 packets, waiting for this very ACK.  Four such waits in
+ * a row say the latter: the QP then ACKs at once until more pipelined
+ * batches have shown a stream again, 16 and twice as many each time until a
+ * wait fills, so a peer that cannot fill one pays the wait ever more
+ * rarely.  A pause longer than any wait ends the stream.  Only on the
+ * real-time engine, whose sockets they are when it receives: an application
+ * spinning on its CQ that received the stream and then stopped polling
+ * would leave the ACK to the engine's next look, up to a poll grace later,
+ * and the engine, asleep beside the spinner, would wake for every wait's
+ * deadline (engine.c).  One message at
+ * a time (ping-pong, a READ, a WRITE and its completion) never puts two in
+ * a batch; request-response traffic has its ACKs ride (ack_defer), tried
+ * first unless the QP streams; UROCE_ACK_DEFER_US=0 turns both off.
+ * Not a pure test: it counts pipelined batches off the skip, and starts a
+ * stream. */
 static bool ack_stream(struct uroce_qp *qp)
 {
-	if (qp->type != IBV_QPT_RC || !qp->ack.owed_msg_end || !qp->dev->cfg.ack_defer_us)
-		return false;
-	/* as for a ride: an ordinary engine may wake for the deadline late */
-	if (!qp->dev->eng.rt && on_engine_thread())
+	/* the real-time engine receives: the sockets are its own (pollers
+	 * receive only while a spin holds them, exec/progress.c) */
+	if (!ack_may_wait(qp) || !on_engine_thread() || !qp->dev->eng.rt)
 		return false;
 	if (!qp->ack.streaming) {
 		if (qp->ack.owed_msgs < 2)
@@ -212,20 +228,30 @@ static uint64_t ack_stream_wait_ns(const struct uroce_qp *qp)
 }
 
 /* A batch brought message ends of the QP: the gap since the last such batch,
- * averaged over the last few, unless it was a pause (longer than any wait). */
+ * averaged over the last few; a pause, longer than any wait, ends a stream. */
 static void ack_stream_seen(struct uroce_qp *qp, uint64_t now)
 {
 	uint64_t gap = now - qp->ack.stream_seen_ns;
 
-	if (qp->ack.stream_seen_ns && gap < ACK_STREAM_WAIT_MAX_NS)
+	if (!qp->ack.stream_seen_ns || gap >= ACK_STREAM_WAIT_MAX_NS) {
+		qp->ack.streaming = false;
+		qp->ack.stream_gap_ns = 0;
+	} else if (!qp->ack.stream_gap_ns) {
+		qp->ack.stream_gap_ns = (uint32_t)gap;
+	} else {
 		qp->ack.stream_gap_ns = (uint32_t)((7ull * qp->ack.stream_gap_ns + gap) / 8);
+	}
 	qp->ack.stream_seen_ns = now;
 }
 
-/* A stream's wait ended with nothing joined (ack_stream). */
-static void ack_stream_alone(struct uroce_dev *dev, struct uroce_qp *qp)
+/* A stream's wait ended at its deadline, short of ACK_STREAM_PKTS
+ * (ack_stream). */
+static void ack_stream_unfilled(struct uroce_dev *dev, struct uroce_qp *qp)
 {
-	dev_count(dev, UC_acks_stream_alone, 1);
+	dev_count(dev, UC_acks_stream_unfilled, 1);
+	if (++qp->ack.stream_unfilled < ACK_STREAM_UNFILLED_MAX)
+		return;
+	qp->ack.stream_unfilled = 0;
 	qp->ack.streaming = false;
 	qp->ack.stream_skip = qp->ack.stream_backoff ? qp->ack.stream_backoff : ACK_STREAM_SKIP_MIN;
 	qp->ack.stream_backoff = qp->ack.stream_skip < ACK_STREAM_SKIP_MAX / 2 ? 2 * qp->ack.stream_skip
@@ -281,23 +307,23 @@ void ack_rx_batch_end(struct uroce_dev *dev)
 	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
 		struct uroce_qp *qp = dev->acks_owed[i];
 		pthread_mutex_lock(&qp->lock);
-		if (qp->ack.owed_msgs)
+		if (qp->ack.owed_msgs && qp->ack.stream_seen_ns != now)
 			ack_stream_seen(qp, now);
 		if (!qp->ack.owed || !ack_may_be_sent(qp)) {
 			ack_now(qp);  /* nothing to send: owed and deferral both end */
-		} else if (!qp->ack.defer_ns && ack_defer(qp)) {
+		} else if (!qp->ack.defer_ns && !qp->ack.streaming && ack_defer(qp)) {
 			ack_wait(dev, qp, now);
 		} else if (!qp->ack.defer_ns && ack_stream(qp)) {
 			dev_count(dev, UC_acks_stream_waits, 1);
 			qp->ack.stream = true;
 			qp->ack.stream_psn = qp->ack.owed_psn;
 			ack_wait(dev, qp, now);
-		} else if (qp->ack.stream) {
+		} else if (qp->ack.stream && qp->ack.stream_listed) {
 			/* more of the stream joined its waiting ACK (ack_owe) */
 			qp->ack.stream_listed = false;
-			qp->ack.stream_grew = true;
 			if (psn_cmp(qp->ack.owed_psn, qp->ack.stream_psn) >= (int32_t)ACK_STREAM_PKTS) {
-				qp->ack.stream_backoff = 0;  /* a stream for sure */
+				qp->ack.stream_backoff = 0;  /* filled: a stream for sure */
+				qp->ack.stream_unfilled = 0;
 				ack_flush_owed(qp);
 			} else {
 				ack_wait(dev, qp, now);
@@ -310,8 +336,9 @@ void ack_rx_batch_end(struct uroce_dev *dev)
 	dev->n_acks_owed = 0;
 }
 
-/* Deferred ACKs whose wait is over go out (a miss: the QP stops deferring);
- * those that rode with a request leave the list.  Under rx_lock. */
+/* Deferred ACKs whose wait is over go out (a miss: the QP stops deferring
+ * for a while, ack_defer and ack_stream); those that rode with a request
+ * leave the list.  Under rx_lock. */
 void ack_flush_deferred(struct uroce_dev *dev, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
@@ -327,8 +354,7 @@ void ack_flush_deferred(struct uroce_dev *dev, uint64_t now)
 			if (qp->ack.defer_ns + wait < next)
 				next = qp->ack.defer_ns + wait;
 		} else if (qp->ack.owed && qp->ack.defer_ns && qp->ack.stream) {
-			if (!qp->ack.stream_grew)
-				ack_stream_alone(dev, qp);
+			ack_stream_unfilled(dev, qp);
 			ack_now(qp);
 		} else if (qp->ack.owed && qp->ack.defer_ns) {
 			dev_count(dev, UC_acks_deferred_late, 1);
@@ -368,6 +394,7 @@ void ack_reset(struct uroce_qp *qp)
 	qp->ack.streaming = false;
 	qp->ack.stream_skip = 0;
 	qp->ack.stream_backoff = 0;
+	qp->ack.stream_unfilled = 0;
 	qp->ack.stream_gap_ns = 0;
 	qp->ack.stream_seen_ns = 0;
 }
@@ -393,7 +420,7 @@ void ack_ride(struct uroce_qp *qp, struct tx_batch *b)
 {
 	if (!qp->ack.owed || !ack_may_be_sent(qp))
 		return;
-	if (qp->ack.defer_ns) {
+	if (qp->ack.defer_ns && !qp->ack.stream) {
 		dev_count(qp->dev, UC_acks_ridden, 1);
 		ack_ride_hit(qp);
 	}

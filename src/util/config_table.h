@@ -83,7 +83,7 @@
 	X(UROCE_ACK_DEFER_US, ack_defer_us, uint, 0, UINT_MAX, 20, "20", \
 	  "how long an owed ACK may wait for a request of its QP to leave with (the answer of a " \
 	  "request-response exchange); `0`: ACK at the end of each receive batch, with no wait for " \
-	  "more of a stream (1-10 us: docs/architecture.md, ACKs of a stream)") \
+	  "more of a stream (docs/architecture.md, ACKs of a stream)") \
 	X(UROCE_ENGINE_RT, engine_rt, bool, 0, 0, true, "on when permitted", \
 	  "`0`: keep the engine thread an ordinary thread; otherwise it takes `SCHED_FIFO` priority 1 " \
 	  "when permitted (root, CAP_SYS_NICE, RLIMIT_RTPRIO)") \

@@ -30,7 +30,7 @@
 	X(acks_ridden, "ACKs that waited for and left with a request of their QP") \
 	X(acks_deferred_late, "deferred ACKs sent alone when no request came in time") \
 	X(acks_stream_waits, "owed ACKs that waited for more of a stream of messages, to cover them all") \
-	X(acks_stream_alone, "stream ACK waits that no message joined: the QP waits no more for a while") \
+	X(acks_stream_unfilled, "stream ACK waits that ended at their deadline: the QP waits no more for a while") \
 	X(acks_rx, "ACKs received") \
 	X(duplicates, "duplicate requests answered") \
 	X(dup_responses, "duplicate or stale responses ignored") \

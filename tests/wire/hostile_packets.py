@@ -79,7 +79,7 @@ DROPS = ('icrc_errors', 'drop_truncated', 'drop_bad_header', 'drop_unknown_qp', 
 # responses the peer received), and so is which thread received a packet
 # (rx_by_engine: the engine or a poll)
 LOOSE = ('rx_packets', 'rx_bytes', 'tx_packets', 'tx_bytes', 'timer_scans', 'engine_kicks',
-         'acks_ridden', 'acks_deferred_late', 'acks_stream_waits', 'acks_stream_alone',
+         'acks_ridden', 'acks_deferred_late', 'acks_stream_waits', 'acks_stream_unfilled',
          'engine_sleeps', 'engine_spin_no_cpu', 'engine_spin_displaced', 'engine_moves',
          'rx_by_engine')
 # the costs of a message (issue #18): system calls by kind, payload bytes
