@@ -138,21 +138,19 @@ static bool ack_may_be_sent(const struct uroce_qp *qp)
  * again every 16th ACK otherwise; the wait is bounded by UROCE_ACK_DEFER_US
  * (§6.6 allows an ACK any time before the requester's timer; the
  * coalescing of §6.5 covers the PSNs in between). */
-/* May the owed ACK wait at all (for a ride or for more of a stream)? */
+/* May the owed ACK wait at all (for a ride or for more of a stream)?  Only
+ * the ACK of a whole message can be answered: one asked for in the middle
+ * (a window-filling packet) goes at once, or the requester stalls. */
 static bool ack_may_wait(const struct uroce_qp *qp)
 {
-	/* only the ACK of a whole message can be answered: one asked for in the
-	 * middle (a window-filling packet) goes at once, or the requester stalls */
-	if (!qp->dev->cfg.ack_defer_us || qp->type != IBV_QPT_RC || !qp->ack.owed_msg_end)
-		return false;
-	/* an ordinary (not real-time) engine may wake for the deadline tens of
-	 * ms late on a loaded host: what it receives is ACKed at once */
-	return qp->dev->eng.rt || !on_engine_thread();
+	return qp->dev->cfg.ack_defer_us && qp->type == IBV_QPT_RC && qp->ack.owed_msg_end;
 }
 
 static bool ack_defer(struct uroce_qp *qp)
 {
-	if (!ack_may_wait(qp))
+	/* an ordinary (not real-time) engine may wake for the deadline tens of
+	 * ms late on a loaded host: what it receives is ACKed at once */
+	if (!ack_may_wait(qp) || (!qp->dev->eng.rt && on_engine_thread()))
 		return false;
 	if (qp->ack.late_ns) {
 		/* the last deferred ACK went alone and no request followed:
@@ -206,7 +204,8 @@ static void ack_ride_hit(struct uroce_qp *qp)
 static bool ack_stream(struct uroce_qp *qp)
 {
 	/* the real-time engine receives: the sockets are its own (pollers
-	 * receive only while a spin holds them, exec/progress.c) */
+	 * receive only while a spin holds them, exec/progress.c); an ordinary
+	 * engine may wake for the deadline late, as for a ride */
 	if (!ack_may_wait(qp) || !on_engine_thread() || !qp->dev->eng.rt)
 		return false;
 	if (!qp->ack.streaming) {
@@ -298,12 +297,10 @@ static void ack_wait(struct uroce_dev *dev, struct uroce_qp *qp, uint64_t now)
 	wake_engine_by(dev, now + (wait > grace ? wait : grace));
 }
 
-void ack_rx_batch_end(struct uroce_dev *dev)
+void ack_rx_batch_end(struct uroce_dev *dev, uint64_t now)
 {
-	uint64_t now = 0;
-
-	if (dev->n_acks_owed)
-		now = now_ns();
+	if (dev->n_acks_owed && !now)
+		now = now_ns();  /* owed by a packet the batch did not count as a request */
 	for (unsigned i = 0; i < dev->n_acks_owed; i++) {
 		struct uroce_qp *qp = dev->acks_owed[i];
 		pthread_mutex_lock(&qp->lock);

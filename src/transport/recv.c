@@ -205,12 +205,12 @@ void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 	for (int i = 0; i < n; i++)
 		if (req[i])
 			transport_rx(dev, &pkts[i]);
-	ack_rx_batch_end(dev);
+	/* one clock reading for the batch's end, taken only if it held
+	 * requests: only they owe ACKs (ack_rx_batch_end's waits) */
+	uint64_t now = requests ? now_ns() : 0;
+	ack_rx_batch_end(dev, now);
 	/* peers send this process requests: its spins hold the sockets no
 	 * longer than they lasted (exec_spin_held) */
-	if (requests) {
-		uint64_t t = now_ns();
-		if (t - atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed) > REQUEST_STAMP_NS)
-			atomic_store_explicit(&dev->eng.rx_request_ns, t, memory_order_relaxed);
-	}
+	if (requests && now - atomic_load_explicit(&dev->eng.rx_request_ns, memory_order_relaxed) > REQUEST_STAMP_NS)
+		atomic_store_explicit(&dev->eng.rx_request_ns, now, memory_order_relaxed);
 }

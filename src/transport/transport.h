@@ -103,8 +103,9 @@ void ack_send_aeth(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t p
 void ack_send_aeth_flags(struct uroce_qp *qp, uint8_t op, uint8_t syndrome, uint32_t psn, uint8_t flags);
 /* The owed ACK, if any, goes out now (before another response of the QP). */
 void ack_flush_owed(struct uroce_qp *qp);
-/* After a receive batch: send the ACKs coalesced in it, or defer them. */
-void ack_rx_batch_end(struct uroce_dev *dev);
+/* After a receive batch ending at `now` (0: not read): send the ACKs
+ * coalesced in it, or let them wait. */
+void ack_rx_batch_end(struct uroce_dev *dev, uint64_t now);
 /* Send the deferred ACKs whose wait is over; under rx_lock. */
 void ack_flush_deferred(struct uroce_dev *dev, uint64_t now);
 /* A deferred ACK leaves with the requests in `b`. */
