@@ -77,6 +77,11 @@ struct uroce_dev {
 	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request or more of a stream (rx_lock) */
 	_Atomic uint64_t ack_flush_next; /* earliest deferred ACK deadline, ns */
 	_Atomic uint64_t timer_next;   /* earliest armed QP deadline, ns */
+	/* QPs whose posts wait to leave with later ones (sq/post.c): any
+	 * thread's CQ poll or arm sends them.  Posts push lock-free; one
+	 * thread at a time takes the whole list (cork_lock) */
+	_Atomic(struct uroce_qp *) corked;
+	pthread_mutex_t cork_lock;
 	/* multicast groups (obj/mcast.c): changed under rx_lock and
 	 * dev->lock, read by the receive path under rx_lock */
 	struct uroce_mcast_group mcast[UROCE_MAX_MCAST_GRP];

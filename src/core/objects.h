@@ -1,7 +1,8 @@
 /* Core objects of the uroce device.  The verbs structs are embedded first so
  * that provider objects convert with container_of-style helpers (to_uqp ...).
  * Lock order (docs/architecture.md): dev->rx_lock -> dev->lock -> qp->lock ->
- * rq/srq lock -> cq->lock -> channel->lock. */
+ * rq/srq lock -> cq->lock -> channel->lock; dev->cork_lock with none of
+ * them held, before a qp->lock (sq/post.c). */
 #ifndef UROCE_OBJECTS_H
 #define UROCE_OBJECTS_H
 
@@ -198,6 +199,12 @@ struct uroce_req {
 	bool ref_reads;             /* a READ was asked by reference: maybe one is unanswered */
 	bool no_ref_reads;          /* the peer answered one by packets: READs are asked so */
 	unsigned ref_refusals;      /* references the peer refused or we could not pull (REF_GIVE_UP) */
+	/* posts held back for later ones to join (sq/post.c, post_cork) */
+	uint32_t corked;            /* packets held back */
+	uint32_t cork_skip;         /* posts left that go at once: a hold that nothing joined
+				     * waited for a response (completer_rx) */
+	uint32_t cork_backoff;      /* the next such skip; doubles while holds miss */
+	uint64_t cork_post_ns;      /* when the last held post was made */
 };
 
 /* The completer's state (transport/completer.c, retry.c): what the
@@ -320,6 +327,8 @@ struct uroce_qp {
 	uint32_t events_reported;
 	bool cq_lost;             /* a completion of this QP did not fit its CQ (qp_cq_lost) */
 	struct uroce_qp *next_in_dev;   /* dev->qp_list, under dev->lock */
+	atomic_bool cork_listed;        /* on dev->corked (sq/post.c) */
+	struct uroce_qp *next_corked;
 };
 
 /* The states in which a QP's responder takes requests and answers them

@@ -40,6 +40,7 @@ static void dev_free(struct uroce_dev *dev)
 	stats_page_close(dev->stats, dev->stats_path);
 	pthread_mutex_destroy(&dev->lock);
 	pthread_mutex_destroy(&dev->rx_lock);
+	pthread_mutex_destroy(&dev->cork_lock);
 	free(dev);
 }
 
@@ -63,6 +64,7 @@ static struct uroce_dev *dev_open_locked(const struct uroce_net_ops *backend, bo
 		return NULL;
 	}
 	pthread_mutex_init(&dev->lock, NULL);
+	pthread_mutex_init(&dev->cork_lock, NULL);
 	/* priority inheritance: a real-time engine that waits for rx_lock lends
 	 * its priority to the application thread holding it (no inversion) */
 	pthread_mutexattr_t ma;

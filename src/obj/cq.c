@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "../core/async.h"
 #include "../core/cq_ring.h"
+#include "../sq/sq.h"
 #include "../util/fds.h"
 
 struct ibv_comp_channel *uroce_create_comp_channel(struct ibv_context *ctx)
@@ -99,6 +100,7 @@ static int cqx_start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 	struct uroce_cq *cq = to_ucqx(c);
 	if (attr->comp_mask)
 		return EINVAL;
+	sq_send_corked(cq->dev);  /* as ibv_poll_cq (api/poll.c) */
 	if (!cq_pop(cq, &cq->cur))
 		return ENOENT;
 	cqx_fill(cq);
@@ -317,6 +319,9 @@ int uroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct uroce_cq *cq = to_ucq(ibcq);
 
+	/* the application waits for an event next: what it posted must not
+	 * wait for it (sq/post.c) */
+	sq_send_corked(cq->dev);
 	pthread_spin_lock(&cq->lock);
 	/* "next completion" wins over "solicited only" when both were asked */
 	if (cq->armed != CQ_ARM_ALL)

@@ -286,6 +286,7 @@ int uroce_destroy_qp(struct ibv_qp *ibqp)
 		qp->xrcd->refcnt--;
 	pthread_mutex_unlock(&dev->lock);
 	pthread_mutex_unlock(&dev->rx_lock);
+	sq_cork_gone(qp);
 	/* events never read are dropped with the QP (the kernel does so); those
 	 * read must be acknowledged first (rdma-core ibv_cmd_destroy_qp) */
 	async_drop_events(to_uctx(ibqp->context), ibqp, true);
@@ -550,6 +551,10 @@ int uroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask)
 			qp->req.sq_draining = false;
 			break;
 		case IBV_QPS_SQD:
+			/* posts held back to join a stream (sq/post.c) were posted
+			 * before the drain: they go, as without the wait */
+			if (qp->req.corked)
+				requester_run(qp);
 			qp->req.sq_draining = true;
 			qp->req.sqd_event_pending = (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) && a->en_sqd_async_notify;
 			break;

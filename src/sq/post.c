@@ -1,6 +1,6 @@
 /* Posting: work requests become WQEs (ibv_post_send, ibv_post_recv,
  * ibv_post_srq_recv).  A send post runs the requester at once, under the
- * QP's lock (transport/requester.c). */
+ * QP's lock (transport/requester.c), unless it joins a stream (post_cork). */
 #include "sq.h"
 #include <errno.h>
 #include <string.h>
@@ -153,6 +153,132 @@ static int post_one_send(struct uroce_qp *qp, struct ibv_send_wr *wr)
 	return 0;
 }
 
+/* Posts that join a stream.  A post sends at once, which keeps a lone
+ * message's latency low, but an application that streams small messages
+ * (ib_write_bw 64 B: one WQE a call) then pays a sendmmsg, and the receiver
+ * a receive, for each packet: between two namespaces that bound it to about
+ * 0.6x a bare UDP stream, while the same posts made 16 to a call (-l 16)
+ * left as one GSO bundle and ran 9x faster.  So a one-packet SEND or WRITE
+ * posted while its RC QP has packets unacknowledged waits for the next
+ * posts, as TCP's autocork holds a segment while one is still in the
+ * queue.  What ends the wait: UROCE_CORK_PKTS packets waiting (they leave in
+ * one call), a post that may not wait, any CQ poll or arm of the device
+ * (sq_send_corked: the application looks for completions or goes to sleep),
+ * and the QP's next response: the unacknowledged packets asked for one (the
+ * last packet of each message asks, requester.c), and completer_rx runs the
+ * requester when it comes, whoever receives it -- the peer ACKs within its
+ * own bounded waits (ack.c: a ride's UROCE_ACK_DEFER_US, a stream's 10 us)
+ * or the retry timer runs the requester (so never with no timer armed).
+ * Never while the QP owes an ACK: the post carries it now (a peer streaming
+ * back would otherwise wait for it while it waits for ours).  Never on UC or
+ * UD, which have no responses to end a wait, nor with the send queue full.
+ * A hold that a response ended well after its last post was a request the
+ * application waits on without a verbs call: the QP then sends at once for
+ * a while (completer.c, cork_missed).  Under qp->lock; true if the posts from
+ * `head` wait. */
+static bool post_cork(struct uroce_qp *qp, uint32_t head)
+{
+	unsigned max = qp->dev->cfg.cork_pkts;
+	uint32_t pkts = qp->req.corked;
+
+	if (!max || !qp_reliable(qp) || qp->attr.qp_state != IBV_QPS_RTS || qp->ack.owed ||
+	    psn_cmp(qp->req.snd_psn, qp->comp.una_psn) <= 0 || head == qp->sq_head)
+		return false;
+	/* no timer armed (an infinite local ACK timeout, no RTT sample yet):
+	 * a lost response would leave the post waiting for a verbs call */
+	if (!qp->timer.deadline)
+		return false;
+	/* a full send queue: nothing more can join, and an application that
+	 * posts again on ENOMEM would wait for a response */
+	if (qp->sq_head - qp->sq_tail >= qp->sq_size)
+		return false;
+	if (qp->req.cork_skip) {  /* holds missed lately (completer.c, cork_missed) */
+		qp->req.cork_skip--;
+		return false;
+	}
+	for (uint32_t i = head; i != qp->sq_head; i++) {
+		const struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
+		enum wr_kind k = wr_info(w->opcode)->kind;
+		if ((k != WRK_SEND && k != WRK_WRITE) || w->status != IBV_WC_SUCCESS || w->length > qp->pmtu)
+			return false;
+		pkts++;
+	}
+	if (pkts >= max) {
+		qp->req.cork_backoff = 0;  /* a hold filled: a stream for sure (completer.c, cork_missed) */
+		return false;
+	}
+	qp->req.corked = pkts;
+	qp->req.cork_post_ns = now_ns();
+	return true;
+}
+
+/* The QP on the device's list of corked ones, once, after its lock is let
+ * go: a lock-free push, so that posting takes no lock that two QPs share
+ * (docs/architecture.md, "Locks").  The list is only ever taken whole
+ * (send_listed), so a push needs no ABA guard. */
+static void cork_list(struct uroce_qp *qp)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	dev_count(dev, UC_posts_corked, 1);
+	if (atomic_exchange(&qp->cork_listed, true))
+		return;
+	struct uroce_qp *head = atomic_load_explicit(&dev->corked, memory_order_relaxed);
+	do
+		qp->next_corked = head;
+	while (!atomic_compare_exchange_weak(&dev->corked, &head, qp));
+}
+
+/* Runs the requester of every listed QP but `skip` (counted as sent by a
+ * poll unless `skip`: a QP's destruction sends them).  Under dev->cork_lock,
+ * which keeps a QP being destroyed from going while it is run
+ * (sq_cork_gone).  A QP's next is read before it leaves the list: a post
+ * may list it again at once. */
+static void send_listed(struct uroce_dev *dev, struct uroce_qp *skip)
+{
+	struct uroce_qp *qp = atomic_exchange_explicit(&dev->corked, NULL, memory_order_acquire);
+
+	while (qp) {
+		struct uroce_qp *next = qp->next_corked;
+		atomic_store(&qp->cork_listed, false);
+		if (qp != skip) {
+			pthread_mutex_lock(&qp->lock);
+			if (qp->req.corked) {
+				if (!skip)
+					dev_count(dev, UC_corked_sent_by_poll, 1);
+				requester_run(qp);
+			}
+			pthread_mutex_unlock(&qp->lock);
+		}
+		qp = next;
+	}
+}
+
+/* A poll that finds another thread sending the list need not wait; but
+ * that thread may have taken the list before a QP was pushed whose thread's
+ * trylock then failed (an arm before a sleep), so whoever sends looks again
+ * after letting go: a push comes before its failed trylock, which comes
+ * before the sender's unlock. */
+void sq_send_corked(struct uroce_dev *dev)
+{
+	while (atomic_load(&dev->corked) && !pthread_mutex_trylock(&dev->cork_lock)) {
+		send_listed(dev, NULL);
+		pthread_mutex_unlock(&dev->cork_lock);
+	}
+}
+
+/* The QP is being destroyed: once no thread runs the list, it is on it no
+ * more (the others on it are sent; its own posts go with it). */
+void sq_cork_gone(struct uroce_qp *qp)
+{
+	struct uroce_dev *dev = qp->dev;
+
+	pthread_mutex_lock(&dev->cork_lock);
+	if (atomic_load(&qp->cork_listed))
+		send_listed(dev, qp);
+	pthread_mutex_unlock(&dev->cork_lock);
+}
+
 /* Queues the list from `wr`, then sends.  all_or_none: a WR that fails
  * drops the whole list (the ibv_wr_* batch, ibv_wr_post(3): "the entire
  * posting will be aborted"); otherwise the WRs before it stay queued, as
@@ -181,11 +307,14 @@ static int post_send_list(struct uroce_qp *qp, struct ibv_send_wr *wr, struct ib
 			break;
 		}
 	}
+	bool corked = false;
 	if (st == IBV_QPS_ERR)
 		qp_flush_queues(qp);
-	else
+	else if (!(corked = post_cork(qp, head)))
 		requester_run(qp);
 	pthread_mutex_unlock(&qp->lock);
+	if (corked)
+		cork_list(qp);
 	dev_post_stamp(qp->dev);
 	return rc;
 }

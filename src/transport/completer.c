@@ -356,6 +356,28 @@ void completer_reset(struct uroce_qp *qp)
 	memset(&qp->comp, 0, sizeof(qp->comp));
 }
 
+/* A response comes while posts are held back to join a stream
+ * (sq/post.c, post_cork), CORK_IDLE_NS or more after the last of them: the
+ * application had stopped posting and waited for an answer without a verbs
+ * call (a WRITE of data, then a WRITE of a flag, then a spin on memory), and
+ * the peer's ACK may itself have waited for a ride on that answer.  Such a
+ * QP sends at once for its next CORK_SKIP_MIN posts, twice as many each time
+ * this repeats (up to CORK_SKIP_MAX), until a hold fills (post_cork).  A
+ * stream's posts come a microsecond or two apart, so an ACK that overtakes
+ * one of its holds is no miss.  Under qp->lock. */
+#define CORK_IDLE_NS 5000ull
+#define CORK_SKIP_MIN 16u
+#define CORK_SKIP_MAX 4096u
+static void cork_missed(struct uroce_qp *qp)
+{
+	if (now_ns() - qp->req.cork_post_ns < CORK_IDLE_NS)
+		return;
+	uint32_t b = qp->req.cork_backoff ? 2 * qp->req.cork_backoff : CORK_SKIP_MIN;
+	qp->req.cork_backoff = b < CORK_SKIP_MAX ? b : CORK_SKIP_MAX;
+	qp->req.cork_skip = qp->req.cork_backoff;
+	dev_count(qp->dev, UC_cork_misses, 1);
+}
+
 void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 {
 	if (!qp_reliable(qp))
@@ -379,6 +401,8 @@ void completer_rx(struct uroce_qp *qp, struct uroce_pkt *pkt)
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		return;
 	qp_retire_sends(qp);
+	if (qp->req.corked)
+		cork_missed(qp);
 	requester_run(qp);  /* sends what the window allows and (re)arms the timers */
 }
 

@@ -334,6 +334,7 @@ void requester_run(struct uroce_qp *qp)
 	TXB_ON_STACK(b, UROCE_TX_BATCH);
 	bool local_done = false;
 
+	qp->req.corked = 0;  /* what posts held back (sq/post.c) goes now, or when the window, an RNR wait or the state lets it */
 	if ((qp->attr.qp_state != IBV_QPS_RTS && qp->attr.qp_state != IBV_QPS_SQD) || qp->comp.rnr_wait)
 		return;
 	if (qp->ack.late_ns && qp->req.sq_send != qp->sq_head)

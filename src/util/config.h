@@ -36,6 +36,8 @@ struct uroce_config {
 	unsigned shm_direct_min; /* UROCE_SHM_DIRECT_MIN: messages this large go by one copy on one host (transport/ref.h) */
 	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
 				  * request of its QP to ride with; 0 = never */
+	unsigned cork_pkts;      /* UROCE_CORK_PKTS: packets a stream's posts may hold back
+				  * to leave together (sq/post.c); 0 = never */
 	bool engine_rt;          /* UROCE_ENGINE_RT=0: the engine stays an ordinary thread */
 	bool engine_place;       /* UROCE_ENGINE_PLACE=0: the kernel alone places the engine */
 	bool no_gso;             /* UROCE_NO_GSO: one datagram per packet */

@@ -84,6 +84,11 @@
 	  "how long an owed ACK may wait for a request of its QP to leave with (the answer of a " \
 	  "request-response exchange); `0`: ACK at the end of each receive batch, with no wait for " \
 	  "more of a stream (docs/architecture.md, ACKs of a stream)") \
+	X(UROCE_CORK_PKTS, cork_pkts, uint, 0, 4096, 16, "16", \
+	  "a one-packet SEND or WRITE posted while its RC QP has packets unacknowledged waits, " \
+	  "so that later posts leave with it in one send, until this many wait, the application " \
+	  "polls a CQ or arms one, or a response of the QP comes; `0`: every post sends at once " \
+	  "(docs/architecture.md, Posts that join a stream)") \
 	X(UROCE_ENGINE_RT, engine_rt, bool, 0, 0, true, "on when permitted", \
 	  "`0`: keep the engine thread an ordinary thread; otherwise it takes `SCHED_FIFO` priority 1 " \
 	  "when permitted (root, CAP_SYS_NICE, RLIMIT_RTPRIO)") \

@@ -32,6 +32,9 @@
 	X(acks_stream_waits, "owed ACKs that waited for more of a stream of messages, to cover them all") \
 	X(acks_stream_unfilled, "stream ACK waits that ended at their deadline: the QP waits no more for a while") \
 	X(acks_rx, "ACKs received") \
+	X(posts_corked, "one-packet posts that waited for later posts of their stream, to leave with them") \
+	X(corked_sent_by_poll, "QPs whose waiting posts a CQ poll or arm sent") \
+	X(cork_misses, "lone waiting posts a response of their QP sent: the QP sends at once for a while") \
 	X(duplicates, "duplicate requests answered") \
 	X(dup_responses, "duplicate or stale responses ignored") \
 	X(out_of_sequence, "requests ahead of the expected PSN") \

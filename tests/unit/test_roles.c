@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "fake_net.h"
 #include "fake_ctx.h"
+#include "api/ops.h"
 #include "core/cq_ring.h"
 #include "exec/exec.h"
 #include "obj/obj.h"
@@ -1675,6 +1676,245 @@ out:
 	rig_down(&r);
 }
 
+/* Posts that join a stream (sq/post.c, post_cork): a one-packet WRITE
+ * posted while an earlier one is unacknowledged waits, and leaves -- in
+ * order, its PSNs as posted -- when UROCE_CORK_PKTS wait, when a CQ is
+ * polled or armed, when a response of the QP comes, or with a post that may
+ * not wait; nothing in flight, or an owed ACK, sends at once.  A QP
+ * destroyed with posts waiting leaves the device's list. */
+static void cork_write(struct rig *r, struct mem *m, uint64_t wr_id, uint32_t len)
+{
+	struct ibv_sge sge = { m->iova, len, m->mr->lkey };
+	post_send(r, wr_id, IBV_WR_RDMA_WRITE, &sge, 1, 0x10000 + wr_id * 64, 0x1234);
+}
+
+/* Longer than completer.c's CORK_IDLE_NS since the last post: a response
+ * now ends a hold the application stopped adding to (a lower bound: a
+ * slower run waits longer, to the same effect). */
+static void cork_idle(void)
+{
+	uint64_t t0 = now_ns();
+	while (now_ns() - t0 < 20000)
+		;
+}
+
+/* An ACK of psn (MSN msn) comes in; then n packets are on the fake wire. */
+static void ack_then_nsent(struct rig *r, uint32_t psn, uint32_t msn, unsigned n, const char *what)
+{
+	queue_resp(OP_RC_ACK, r->qpn, psn, AETH_ACK_UNLIMITED, msn, NULL, 0);
+	deliver();
+	check_nsent(n, what);
+}
+
+/* 64-byte WRITEs wr_id from..to posted; then n packets are on the fake wire. */
+static void cork_writes(struct rig *r, struct mem *m, uint64_t from, uint64_t to, unsigned n, const char *what)
+{
+	for (uint64_t id = from; id <= to; id++)
+		cork_write(r, m, id, 64);
+	check_nsent(n, what);
+}
+
+static void check_psns(unsigned from, unsigned n, uint32_t psn, const char *what)
+{
+	for (unsigned i = 0; i < n && from + i < fake_sent_count(); i++)
+		CHECK(bth_psn(fake_sent(from + i)->buf) == psn + i, "%s: packet %u has PSN 0x%x, expected 0x%x", what,
+		      from + i, bth_psn(fake_sent(from + i)->buf), psn + i);
+}
+
+static void test_req_cork(void)
+{
+	struct rig r;
+	struct mem m = { 0 };
+	struct ibv_wc wc[32];
+	unsigned cork = dev->cfg.cork_pkts, defer_us = dev->cfg.ack_defer_us;
+
+	dev->cfg.cork_pkts = 4;
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))
+		goto out;
+	cork_write(&r, &m, 1, 64);
+	check_nsent(1, "a WRITE with nothing in flight");
+	cork_write(&r, &m, 2, 64);
+	check_nsent(1, "a WRITE behind an unacknowledged one");
+	CHECK(uroce_poll_cq(r.scq, 4, wc) == 0, "a poll found a completion before any ACK");
+	check_nsent(2, "after a CQ poll");
+	check_psns(0, 2, SQ_PSN, "poll");
+
+	/* 4 waiting leave together, the 4th with the first three */
+	cork_writes(&r, &m, 3, 5, 2, "three WRITEs waiting");
+	cork_write(&r, &m, 6, 64);
+	check_nsent(6, "the 4th waiting WRITE");
+	check_psns(2, 4, SQ_PSN + 2, "four at once");
+
+	/* a response of the QP sends what waits (two: a hold that was joined) */
+	cork_write(&r, &m, 7, 64);
+	cork_write(&r, &m, 8, 64);
+	check_nsent(6, "two WRITEs behind six");
+	ack_then_nsent(&r, SQ_PSN, 1, 8, "after the ACK of the 1st");
+	check_psns(6, 2, SQ_PSN + 6, "ACK");
+	/* a slow run may have seen that as a miss (test_req_cork_bounds) */
+	to_uqp(r.qp)->req.cork_skip = to_uqp(r.qp)->req.cork_backoff = 0;
+	CHECK(cq_take(r.scq, wc, 32) == 1, "the ACK of the 1st: not 1 completion");
+
+	/* a post that may not wait (two packets) takes the waiting one along */
+	cork_write(&r, &m, 9, 64);
+	check_nsent(8, "a WRITE behind eight");
+	cork_write(&r, &m, 10, 2000);
+	check_nsent(11, "a two-packet WRITE");
+	check_psns(8, 3, SQ_PSN + 8, "two-packet WRITE");
+
+	/* arming a CQ sends what waits */
+	cork_write(&r, &m, 11, 64);
+	check_nsent(11, "a WRITE behind eleven packets");
+	CHECK(uroce_req_notify_cq(r.scq, 0) == 0, "req_notify_cq");
+	check_nsent(12, "after arming the CQ");
+
+	/* everything acknowledged: completions of all, in order; then nothing
+	 * is in flight and a post sends at once */
+	ack_then_nsent(&r, SQ_PSN + 11, 11, 12, "after the ACK of all");
+	int n = cq_take(r.scq, wc, 32);
+	CHECK(n == 10, "the ACK of all: %d completions, expected 10", n);
+	for (int i = 0; i < n; i++)
+		CHECK(wc[i].wr_id == (uint64_t)i + 2 && wc[i].status == IBV_WC_SUCCESS, "completion %d: wr_id %llu status %d",
+		      i, (unsigned long long)wc[i].wr_id, wc[i].status);
+	cork_write(&r, &m, 12, 64);
+	check_nsent(13, "a WRITE with everything acknowledged");
+
+	/* an owed ACK waiting for a ride (ack.c: the fake turns waits off, a
+	 * QP whose rides paid waits) goes now, with the post */
+	dev->cfg.ack_defer_us = 1000;
+	to_uqp(r.qp)->ack.ride_hits = 1;
+	queue_write(OP_RC_WRITE_ONLY, r.qpn, RQ_PSN, true, m.iova, m.mr->rkey, 8, m.host + 2048, 8);
+	deliver();
+	check_nsent(13, "an ACK owed, waiting for a ride");
+	cork_write(&r, &m, 13, 64);
+	check_nsent(15, "a post with an ACK owed");
+	if (fake_sent_count() == 15) {
+		check_out(fake_sent(13), OP_RC_WRITE_ONLY, SQ_PSN + 13, "the post with an ACK owed");
+		check_out(fake_sent(14), OP_RC_ACK, RQ_PSN, "the ACK that rode it");
+	}
+	dev->cfg.ack_defer_us = defer_us;
+
+	/* destroyed with a post waiting: off the list */
+	cork_write(&r, &m, 14, 64);
+	CHECK(atomic_load(&dev->corked) == to_uqp(r.qp), "the QP with a post waiting is not listed");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	CHECK(atomic_load(&dev->corked) == NULL, "a destroyed QP left on the list of corked QPs");
+	dev->cfg.cork_pkts = cork;
+	dev->cfg.ack_defer_us = defer_us;
+	flush_acks(UINT64_MAX);
+	fake_sent_clear();
+}
+
+/* The bounds of posts that join a stream: a hold that a response ends
+ * well after its last post is a miss, and the QP sends its next 16 posts at
+ * once, then holds again; a hold that fills resets that.  The retry timer runs the requester; a
+ * READ and a post that adds no WQE (refused) never wait; RTS -> SQD sends
+ * what waits; a QP destroyed with posts held sends the other listed QPs'
+ * and leaves the list empty. */
+static void test_req_cork_bounds(void)
+{
+	struct rig r, r2 = { 0 };
+	struct mem m = { 0 };
+	struct ibv_wc wc[32];
+	unsigned cork = dev->cfg.cork_pkts;
+
+	dev->cfg.cork_pkts = 16;
+	if (!rig_up(&r) || !mem_up(&m, 4096, 4096, IBV_ACCESS_LOCAL_WRITE))
+		goto out;
+	/* a miss: the 1st's ACK comes well after the 2nd was held */
+	cork_write(&r, &m, 1, 64);
+	cork_write(&r, &m, 2, 64);
+	check_nsent(1, "a WRITE held behind the 1st");
+	cork_idle();
+	ack_then_nsent(&r, SQ_PSN, 1, 2, "the held WRITE, after the 1st's ACK");
+	cork_write(&r, &m, 3, 64);
+	check_nsent(3, "a WRITE after a miss, at once");
+	cork_writes(&r, &m, 4, 18, 18, "16 WRITEs after a miss, each at once");
+	ack_then_nsent(&r, SQ_PSN + 17, 18, 18, "an ACK with nothing held");
+
+	/* a hold that fills (16 packets) ends the backing off ... */
+	cork_writes(&r, &m, 19, 34, 19, "15 WRITEs held behind the 19th");
+	cork_writes(&r, &m, 35, 35, 35, "the 16th held WRITE");
+	check_psns(0, 35, SQ_PSN, "a filled hold");
+	ack_then_nsent(&r, SQ_PSN + 34, 35, 35, "the ACK of all");
+	CHECK(cq_take(r.scq, wc, 32) == 32 && cq_take(r.scq, wc, 32) == 3, "not 35 completions");
+
+	/* ... so the next miss backs off for 16 posts again, not 32 */
+	cork_write(&r, &m, 36, 64);
+	cork_write(&r, &m, 37, 64);
+	cork_idle();
+	ack_then_nsent(&r, SQ_PSN + 35, 36, 37, "a second miss");
+	cork_writes(&r, &m, 38, 53, 53, "16 WRITEs after the second miss, each at once");
+	cork_writes(&r, &m, 54, 54, 53, "the 17th WRITE after the second miss");
+
+	/* the retry timer runs the requester: what waits goes once the window,
+	 * cut by the timeout, lets it */
+	fire_timers(&r, now_ns() + 60000000000ull);
+	CHECK(to_uqp(r.qp)->req.corked == 0, "a post still held after the retry timer fired");
+	fake_sent_clear();
+	queue_resp(OP_RC_ACK, r.qpn, SQ_PSN + 52, AETH_ACK_UNLIMITED, 53, NULL, 0);
+	deliver();
+	bool held_sent = false;
+	for (unsigned i = 0; i < fake_sent_count(); i++)
+		held_sent |= bth_psn(fake_sent(i)->buf) == SQ_PSN + 53;
+	CHECK(held_sent, "the held WRITE not sent after the retry");
+	fake_sent_clear();
+	ack_then_nsent(&r, SQ_PSN + 53, 54, 0, "the ACK of all");
+	CHECK(cq_take(r.scq, wc, 32) == 19, "not 19 completions");
+
+	/* a READ never waits */
+	cork_write(&r, &m, 55, 64);
+	struct ibv_sge rsge = { m.iova + 1024, 64, m.mr->lkey };
+	post_send(&r, 56, IBV_WR_RDMA_READ, &rsge, 1, 0x20000, 0x1234);
+	check_nsent(2, "a READ behind an unacknowledged WRITE");
+	ack_then_nsent(&r, SQ_PSN + 54, 55, 2, "the WRITE's ACK");
+	cq_take(r.scq, wc, 32);
+	CHECK(uroce_poll_cq(r.scq, 32, wc) >= 0, "poll");
+	check_nsent(2, "after a poll");
+	fake_sent_clear();
+
+	/* refused: no WQE, nothing held or listed anew */
+	struct ibv_sge sge = { m.iova, 64, m.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 22, .sg_list = &sge, .num_sge = 99, .opcode = IBV_WR_RDMA_WRITE }, *bad;
+	CHECK(uroce_post_send(r.qp, &wr, &bad) == EINVAL, "a WR with 99 SGEs not refused");
+	CHECK(atomic_load(&dev->corked) == NULL, "a refused post listed its QP");
+
+	/* RTS -> SQD: what waits starts before the drain */
+	cork_write(&r, &m, 23, 64);  /* behind the READ, unanswered */
+	cork_write(&r, &m, 24, 64);
+	check_nsent(0, "two WRITEs held before SQD");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_SQD };
+	CHECK(uroce_modify_qp(r.qp, &a, IBV_QP_STATE) == 0, "RTS -> SQD");
+	check_nsent(2, "the held WRITEs, at RTS -> SQD");
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(uroce_modify_qp(r.qp, &a, IBV_QP_STATE) == 0, "SQD -> RTS");
+
+	/* two QPs with posts held; destroying one sends the other's */
+	if (!rig_up(&r2))
+		goto out;
+	fake_sent_clear();
+	cork_write(&r2, &m, 31, 64);
+	cork_write(&r2, &m, 32, 64);
+	cork_write(&r, &m, 27, 64);
+	check_nsent(1, "two QPs with a WRITE held each");
+	CHECK(uroce_destroy_qp(r.qp) == 0, "destroy the QP with a post held");
+	r.qp = NULL;
+	check_nsent(2, "the other QP's held WRITE, as the first is destroyed");
+	if (fake_sent_count() == 2)
+		CHECK(bth_qpn(fake_sent(1)->buf) == PEER_QPN && bth_psn(fake_sent(1)->buf) == SQ_PSN + 1,
+		      "the held WRITE sent: PSN 0x%x", bth_psn(fake_sent(1)->buf));
+	CHECK(atomic_load(&dev->corked) == NULL, "the list of QPs with posts held not empty");
+out:
+	mem_down(&m);
+	rig_down(&r);
+	rig_down(&r2);
+	dev->cfg.cork_pkts = cork;
+	flush_acks(UINT64_MAX);
+	fake_sent_clear();
+}
+
 /* ============================================================ completer */
 
 /* Three SENDs of 100 bytes each, signaled; returns their PSNs. */
@@ -2704,6 +2944,9 @@ static bool setup(void)
 {
 	fake_net_setenv();
 	setenv("UROCE_RTO_MIN_US", "10000", 1);
+	/* every post's packets on the fake wire at once; test_req_cork turns
+	 * the wait of posts behind unacknowledged ones on */
+	setenv("UROCE_CORK_PKTS", "0", 1);
 
 	dev = uroce_dev_open(&fake_net_ops, false);
 	if (!dev) {
@@ -3733,6 +3976,8 @@ int main(void)
 		{ "requester: READ request with RETH, PSNs per response", test_req_read },
 		{ "requester: a READ asked in chunks of 128 KiB of responses", test_req_read_chunks },
 		{ "requester: at most the window (512 KiB of packets) unacknowledged", test_req_window },
+		{ "requester: posts behind unacknowledged ones leave together, bounded", test_req_cork },
+		{ "requester: held posts: misses back off; retry timer, SQD, destroy send them", test_req_cork_bounds },
 		{ "references: a large WRITE leaves as one span by reference", test_ref_req_write },
 		{ "references: the responder pulls a span, NAKs one it cannot read", test_ref_resp_write },
 		{ "references: a READ by reference holds a later WRITE until pulled", test_ref_read_fence },

@@ -77,11 +77,12 @@ DROPS = ('icrc_errors', 'drop_truncated', 'drop_bad_header', 'drop_unknown_qp', 
 # ACK rode with a request, waited for more of a stream or left alone at its
 # deadline is timing too (the ACK itself is checked: acks_tx and the
 # responses the peer received), and so is which thread received a packet
-# (rx_by_engine: the engine or a poll)
+# (rx_by_engine: the engine or a poll), and whether a post waited to leave
+# with later ones and who sent it then (posts_corked, corked_sent_by_poll)
 LOOSE = ('rx_packets', 'rx_bytes', 'tx_packets', 'tx_bytes', 'timer_scans', 'engine_kicks',
          'acks_ridden', 'acks_deferred_late', 'acks_stream_waits', 'acks_stream_unfilled',
          'engine_sleeps', 'engine_spin_no_cpu', 'engine_spin_displaced', 'engine_moves',
-         'rx_by_engine')
+         'rx_by_engine', 'posts_corked', 'corked_sent_by_poll')
 # the costs of a message (issue #18): system calls by kind, payload bytes
 # copied by stage -- the thread's rhythm, and bytes beside rx_bytes
 LOOSE_PREFIXES = ('sys_', 'copy_')
