@@ -182,6 +182,35 @@ struct uroce_ah {
 	struct ibv_ah_attr attr;
 };
 
+/* A wait that keeps missing backs off: after a miss, `skip` chances pass
+ * untried, the least the first time and twice as many each time after, up
+ * to a most; a wait that fills starts over (transport/ack.c's stream waits,
+ * sq/post.c's held posts). */
+struct uroce_backoff {
+	uint16_t skip;              /* chances left to pass over */
+	uint16_t next;              /* the next miss's skip, 0 = the least */
+};
+
+/* True, and one chance fewer, while the backoff passes chances over. */
+static inline bool backoff_skip(struct uroce_backoff *b)
+{
+	if (!b->skip)
+		return false;
+	b->skip--;
+	return true;
+}
+
+static inline void backoff_miss(struct uroce_backoff *b, uint16_t least, uint16_t most)
+{
+	b->skip = b->next ? b->next : least;
+	b->next = b->skip < most / 2 ? 2 * b->skip : most;
+}
+
+static inline void backoff_filled(struct uroce_backoff *b)
+{
+	b->next = 0;
+}
+
 /* The requester's state (transport/requester.c): which packets of the send
  * queue went out. */
 struct uroce_req {
@@ -201,9 +230,8 @@ struct uroce_req {
 	unsigned ref_refusals;      /* references the peer refused or we could not pull (REF_GIVE_UP) */
 	/* posts held back for later ones to join (sq/post.c, post_cork) */
 	uint32_t corked;            /* packets held back */
-	uint32_t cork_skip;         /* posts left that go at once: a hold that nothing joined
-				     * waited for a response (completer_rx) */
-	uint32_t cork_backoff;      /* the next such skip; doubles while holds miss */
+	struct uroce_backoff cork_backoff; /* posts that go at once: a response ended a hold
+				     * long after its last post (completer.c, cork_missed) */
 	uint64_t cork_post_ns;      /* when the last held post was made */
 };
 
@@ -272,8 +300,7 @@ struct uroce_ack {
 	uint32_t stream_psn;        /* owed_psn when the wait began */
 	uint32_t stream_gap_ns;     /* the stream's gap between batches, averaged */
 	uint64_t stream_seen_ns;    /* the last batch that brought a message end */
-	uint16_t stream_skip;       /* pipelined batches to pass over before waiting again */
-	uint16_t stream_backoff;    /* the next skip, 0 = the least */
+	struct uroce_backoff stream_backoff; /* pipelined batches to pass over before waiting again */
 	uint8_t stream_unfilled;    /* waits in a row that ended at their deadline */
 };
 

@@ -192,10 +192,8 @@ static bool post_cork(struct uroce_qp *qp, uint32_t head)
 	 * posts again on ENOMEM would wait for a response */
 	if (qp->sq_head - qp->sq_tail >= qp->sq_size)
 		return false;
-	if (qp->req.cork_skip) {  /* holds missed lately (completer.c, cork_missed) */
-		qp->req.cork_skip--;
+	if (backoff_skip(&qp->req.cork_backoff))  /* holds missed lately (completer.c, cork_missed) */
 		return false;
-	}
 	for (uint32_t i = head; i != qp->sq_head; i++) {
 		const struct uroce_send_wqe *w = &qp->sq[i % qp->sq_size];
 		enum wr_kind k = wr_info(w->opcode)->kind;
@@ -204,7 +202,7 @@ static bool post_cork(struct uroce_qp *qp, uint32_t head)
 		pkts++;
 	}
 	if (pkts >= max) {
-		qp->req.cork_backoff = 0;  /* a hold filled: a stream for sure (completer.c, cork_missed) */
+		backoff_filled(&qp->req.cork_backoff);  /* a stream for sure (completer.c, cork_missed) */
 		return false;
 	}
 	qp->req.corked = pkts;

@@ -211,10 +211,8 @@ static bool ack_stream(struct uroce_qp *qp)
 	if (!qp->ack.streaming) {
 		if (qp->ack.owed_msgs < 2)
 			return false;
-		if (qp->ack.stream_skip) {
-			qp->ack.stream_skip--;
+		if (backoff_skip(&qp->ack.stream_backoff))
 			return false;
-		}
 		qp->ack.streaming = true;
 	}
 	return true;
@@ -252,9 +250,7 @@ static void ack_stream_unfilled(struct uroce_dev *dev, struct uroce_qp *qp)
 		return;
 	qp->ack.stream_unfilled = 0;
 	qp->ack.streaming = false;
-	qp->ack.stream_skip = qp->ack.stream_backoff ? qp->ack.stream_backoff : ACK_STREAM_SKIP_MIN;
-	qp->ack.stream_backoff = qp->ack.stream_skip < ACK_STREAM_SKIP_MAX / 2 ? 2 * qp->ack.stream_skip
-									       : ACK_STREAM_SKIP_MAX;
+	backoff_miss(&qp->ack.stream_backoff, ACK_STREAM_SKIP_MIN, ACK_STREAM_SKIP_MAX);
 }
 
 static uint64_t ack_wait_ns(const struct uroce_qp *qp)
@@ -319,7 +315,7 @@ void ack_rx_batch_end(struct uroce_dev *dev, uint64_t now)
 			/* more of the stream joined its waiting ACK (ack_owe) */
 			qp->ack.stream_listed = false;
 			if (psn_cmp(qp->ack.owed_psn, qp->ack.stream_psn) >= (int32_t)ACK_STREAM_PKTS) {
-				qp->ack.stream_backoff = 0;  /* filled: a stream for sure */
+				backoff_filled(&qp->ack.stream_backoff);  /* a stream for sure */
 				qp->ack.stream_unfilled = 0;
 				ack_flush_owed(qp);
 			} else {
@@ -389,8 +385,7 @@ void ack_reset(struct uroce_qp *qp)
 	qp->ack.wait_us = 0;
 	qp->ack.ride_hits = ACK_RIDE_HITS_START;
 	qp->ack.streaming = false;
-	qp->ack.stream_skip = 0;
-	qp->ack.stream_backoff = 0;
+	qp->ack.stream_backoff = (struct uroce_backoff){ 0 };
 	qp->ack.stream_unfilled = 0;
 	qp->ack.stream_gap_ns = 0;
 	qp->ack.stream_seen_ns = 0;

@@ -372,9 +372,7 @@ static void cork_missed(struct uroce_qp *qp)
 {
 	if (now_ns() - qp->req.cork_post_ns < CORK_IDLE_NS)
 		return;
-	uint32_t b = qp->req.cork_backoff ? 2 * qp->req.cork_backoff : CORK_SKIP_MIN;
-	qp->req.cork_backoff = b < CORK_SKIP_MAX ? b : CORK_SKIP_MAX;
-	qp->req.cork_skip = qp->req.cork_backoff;
+	backoff_miss(&qp->req.cork_backoff, CORK_SKIP_MIN, CORK_SKIP_MAX);
 	dev_count(qp->dev, UC_cork_misses, 1);
 }
 

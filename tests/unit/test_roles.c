@@ -1752,7 +1752,7 @@ static void test_req_cork(void)
 	ack_then_nsent(&r, SQ_PSN, 1, 8, "after the ACK of the 1st");
 	check_psns(6, 2, SQ_PSN + 6, "ACK");
 	/* a slow run may have seen that as a miss (test_req_cork_bounds) */
-	to_uqp(r.qp)->req.cork_skip = to_uqp(r.qp)->req.cork_backoff = 0;
+	to_uqp(r.qp)->req.cork_backoff = (struct uroce_backoff){ 0 };
 	CHECK(cq_take(r.scq, wc, 32) == 1, "the ACK of the 1st: not 1 completion");
 
 	/* a post that may not wait (two packets) takes the waiting one along */
