@@ -110,9 +110,13 @@ NS_BW = [("write_bw", "ib_write_bw", [], "uroce WRITE (ib_write_bw)"),
          ("read_bw", "ib_read_bw", [], "uroce READ (ib_read_bw)"),
          ("send_bw", "ib_send_bw", [], "uroce SEND (ib_send_bw)"),
          ("write_bw_q8", "ib_write_bw", ["-q", "8"], "uroce WRITE, 8 QPs (ib_write_bw -q 8)"),
-         ("write_bw_2pairs", "ib_write_bw", [], "uroce WRITE, 2 process pairs at once (sum)")]
+         ("write_bw_2pairs", "ib_write_bw", [], "uroce WRITE, 2 process pairs at once (sum)"),
+         ("write_bw_xdp", "ib_write_bw", [], "uroce WRITE by AF_XDP (UROCE_XDP=1)")]
 NS_LAT = [("send_lat", "ib_send_lat", "uroce SEND (ib_send_lat)"), ("write_lat", "ib_write_lat", "uroce WRITE (ib_write_lat)"),
-          ("read_lat", "ib_read_lat", "uroce READ (ib_read_lat, RTT)")]
+          ("read_lat", "ib_read_lat", "uroce READ (ib_read_lat, RTT)"),
+          ("send_lat_xdp", "ib_send_lat", "uroce SEND by AF_XDP (ib_send_lat, UROCE_XDP=1)"),
+          ("write_lat_xdp", "ib_write_lat", "uroce WRITE by AF_XDP (ib_write_lat, UROCE_XDP=1)"),
+          ("read_lat_xdp", "ib_read_lat", "uroce READ by AF_XDP (ib_read_lat, RTT, UROCE_XDP=1)")]
 NS_BW_SECS = 3
 
 
@@ -172,8 +176,13 @@ def ns_teardown(*names):
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
 
 
-def in_ns(ns, addr, argv):
-    return ["ip", "netns", "exec", ns, "env", "UROCE_ADDR=" + addr] + argv
+def in_ns(ns, addr, argv, env=()):
+    return ["ip", "netns", "exec", ns, "env", "UROCE_ADDR=" + addr] + list(env) + argv
+
+
+def ns_env(name):
+    """The metrics named *_xdp run uroce's AF_XDP backend (src/net/xdp.c)."""
+    return ["UROCE_XDP=1"] if name.endswith("_xdp") else []
 
 
 class Proc:
@@ -1006,7 +1015,7 @@ class Bench:
                     self.record(metric, 4096, rep, False, reason="fio not installed")
 
     # -- between two network namespaces (issue #17) ------------------------
-    def ns_perftest_pairs(self, ns, tool, opts, npairs, tag, timeout):
+    def ns_perftest_pairs(self, ns, tool, opts, npairs, tag, timeout, env=()):
         """npairs perftest server/client pairs at once (server in B, client
         in A, each pair its own TCP port); the CPU of each process sampled
         over the middle of the run.  Returns (ok, reason, clients' outputs,
@@ -1014,9 +1023,9 @@ class Bench:
         na, nb, aa, ab = ns
         ports = [self.free_port() for _ in range(npairs)]
         base = lambda port: [self.uroce, "run", "--", tool, "-p", str(port), "-F"] + opts
-        srvs = [Proc(in_ns(nb, ab, base(p)), self.logbase("%s_server%d" % (tag, i))) for i, p in enumerate(ports)]
-        cmd = " & ".join(" ".join(in_ns(nb, ab, base(p))) for p in ports) + " ; " + \
-            " & ".join(" ".join(in_ns(na, aa, base(p) + [ab])) for p in ports)
+        srvs = [Proc(in_ns(nb, ab, base(p), env), self.logbase("%s_server%d" % (tag, i))) for i, p in enumerate(ports)]
+        cmd = " & ".join(" ".join(in_ns(nb, ab, base(p), env)) for p in ports) + " ; " + \
+            " & ".join(" ".join(in_ns(na, aa, base(p) + [ab], env)) for p in ports)
         end = time.monotonic() + 15
         while not all(listening_tcp_in(sv.pid, p) for sv, p in zip(srvs, ports)):
             if any(sv.poll() for sv in srvs) or time.monotonic() > end:
@@ -1026,13 +1035,13 @@ class Bench:
             time.sleep(0.01)
         clis = []
         try:
-            return self._ns_pairs_run(na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd)
+            return self._ns_pairs_run(na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd, env)
         finally:
             for pr in clis + srvs:
                 pr.kill()
 
-    def _ns_pairs_run(self, na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd):
-        clis.extend(Proc(in_ns(na, aa, base(p) + [ab]), self.logbase("%s_client%d" % (tag, i)))
+    def _ns_pairs_run(self, na, aa, ab, base, ports, srvs, clis, opts, tag, timeout, cmd, env):
+        clis.extend(Proc(in_ns(na, aa, base(p) + [ab], env), self.logbase("%s_client%d" % (tag, i)))
                     for i, p in enumerate(ports))
         # sample inside the measured part of a -D run (after set-up and the
         # first margin), before its last margin
@@ -1072,7 +1081,7 @@ class Bench:
         npairs = 2 if name.endswith("2pairs") else 1
         ok, reason, outs, cpu_c, cpu_s, secs, cmd = self.ns_perftest_pairs(
             ns, tool, ["-s", str(size), "-D", str(NS_BW_SECS), "-f", "1", "--report_gbits"] + opts, npairs,
-            "%s_%d_%s" % (metric, size, rep), NS_BW_SECS + 30)
+            "%s_%d_%s" % (metric, size, rep), NS_BW_SECS + 30, ns_env(name))
         if not ok:
             return self.record(metric, size, rep, False, reason=reason, cmd=cmd)
         rate = 0.0
@@ -1098,7 +1107,7 @@ class Bench:
             return
         n = 2000 if self.quick else 20000
         ok, reason, outs, _, _, _, cmd = self.ns_perftest_pairs(ns, tool, ["-s", "2", "-n", str(n)], 1,
-                                                                "%s_%s" % (metric, rep), 60)
+                                                                "%s_%s" % (metric, rep), 60, ns_env(name))
         if not ok:
             return self.record(metric, 2, rep, False, reason=reason, cmd=cmd)
         header, f = self.parse_perftest(outs[0], 2)
@@ -1518,9 +1527,10 @@ def ns_tables(b):
                     rows.append([fmt_size(s), label, num(b.get(m, s, "bw_GBps")), "", num(b.get(m, s, "msg_rate")), "",
                                  "", "", str(d["n_ok"]), b.status(m, s)])
             rows.append(None)
-        out.append(("Between two network namespaces over a veth pair, MTU %d (uroce's path MTU %d; the UDP path, "
+        out.append(("Between two network namespaces over a veth pair, MTU %d (uroce's path MTU %d; the UDP path unless a row says AF_XDP, "
                     "UROCE_ADDR on each side): bandwidth (perftest -D %d, measured within 1 s margins) beside qperf "
-                    "tcp_bw, and the message rate beside the bench's UDP stream of the same size, same run; CPU s/GB "
+                    "tcp_bw, and the message rate beside the bench's UDP stream of the same size, same run; the AF_XDP "
+                    "row's path MTU is min(that, 2048); CPU s/GB "
                     "= each process's CPU over about a second from 1.3 s after the client started / GB moved "
                     "meanwhile; the two pairs at once are four busy-polling processes on this machine's CPUs; "
                     "median of reps"
@@ -1534,7 +1544,7 @@ def ns_tables(b):
             if d:
                 med, p99 = b.get(m, 2, "lat_median_us"), b.get(m, 2, "lat_p99_us")
                 # ib_read_lat is a round trip: beside the ping-pong's
-                rt = 2 if name == "read_lat" else 1
+                rt = 2 if name.startswith("read_lat") else 1
                 rows.append(["2 B", label, num(med), num(p99), rtxt(ratio(p99, med)),
                              rtxt(ratio(med, base * rt if base else None)),
                              str(d["n_ok"]), b.status(m, 2)])

@@ -5,7 +5,7 @@ UROCE_PACKAGES="cmake make gcc libc6-dev pkg-config python3 iproute2
   libibverbs-dev libibverbs1 ibverbs-utils ibverbs-providers perftest python3-pyverbs
   librdmacm-dev librdmacm1 rdmacm-utils libfabric-bin fio librpma-dev
   ucx-utils openmpi-bin libopenmpi-dev infiniband-diags
-  libisal-dev libpcap-dev zlib1g-dev libnetfilter-queue-dev
+  libisal-dev libpcap-dev zlib1g-dev libnetfilter-queue-dev libxdp-dev libbpf-dev
   nftables iptables tshark python3-scapy qperf sockperf gnuplot-nox
   qemu-system-x86 kmod cpio binutils xz-utils strace
   clang libclang-rt-dev"

@@ -32,6 +32,9 @@ if [ "${UROCE_SKIP_SANITIZE:-0}" != 1 ]; then
 	# message under the lock bindtextdomain holds (seen: Debian 12, gcc 12)
 	echo "== ctest under sanitizers (all but the multi-host network, rxe VM and coreutils tests)"
 	(cd build-asan && ctest --output-on-failure --timeout 600 -LE 'net|interop|coreutils' "$@")
+	# of the network tests, the AF_XDP backend's: the only one that runs net/xdp.c
+	echo "== the AF_XDP backend's test under sanitizers"
+	(cd build-asan && ctest --output-on-failure --timeout 600 -L xdp "$@")
 	unset UROCE_SANITIZER_RUNTIME ASAN_OPTIONS UBSAN_OPTIONS
 
 	# ThreadSanitizer: the library and the stress test instrumented (libibverbs

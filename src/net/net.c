@@ -95,6 +95,9 @@ static struct uroce_net *net_open(struct uroce_config *cfg, struct uroce_stats_p
 
 struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats)
 {
+	/* AF_XDP: the peers are past the interface, none through a ring */
+	if (cfg->xdp)
+		return net_open(cfg, stats, &uroce_xdp_ops, false);
 	return net_open(cfg, stats, &uroce_udp_ops, true);
 }
 
@@ -144,6 +147,8 @@ void net_flow_prepare(struct uroce_net *net, const uint8_t peer[16], uint32_t pe
 {
 	if (net->ring.ops && net->ring.ops->flow_prepare)
 		net->ring.ops->flow_prepare(&net->ring, peer, peer_qpn);
+	if (net->wire.ops->flow_prepare)  /* AF_XDP: the peer's link address */
+		net->wire.ops->flow_prepare(&net->wire, peer, peer_qpn);
 }
 
 void net_flow_close(struct uroce_net *net, struct uroce_flow *flow)

@@ -5,7 +5,8 @@
  * What is where: net.c holds the backends and selects between them, and
  * applies what is common to both paths (counters, fault injection, the
  * pcap tap); udp.c is the UDP socket backend, which reaches every peer;
- * ring.c is the same-host ring backend, built on the rings of shm.c, for a
+ * xdp.c is the AF_XDP backend (UROCE_XDP), which an administrator may
+ * choose for peers across a link; ring.c is the same-host ring backend, built on the rings of shm.c, for a
  * connected flow whose peer is a uroce process of this network namespace;
  * pcap.c writes the capture. */
 #ifndef UROCE_NET_H
@@ -105,7 +106,8 @@ struct uroce_net_ops {
 						uint16_t sport, const uint8_t *peer, uint32_t peer_qpn);
 	void (*flow_close)(struct uroce_backend_flow *flow);
 	/* Optional: what flow_open to peer will need, found out now, without
-	 * the caller's locks (the rings: the peer's region, shm_tx_prepare). */
+	 * the caller's locks (the rings: the peer's region, shm_tx_prepare;
+	 * AF_XDP: the peer's link address). */
 	void (*flow_prepare)(struct uroce_backend *be, const uint8_t peer[16], uint32_t peer_qpn);
 	/* Optional: the UDP source port the flow's packets carry, which the
 	 * ICRC covers (UDP: its pool socket's port, not always the one asked
@@ -270,6 +272,9 @@ void pcap_tap_write(struct pcap_tap *tap, const uint8_t sgid[16], const uint8_t 
 
 /* udp.c: reaches any peer; offers doorbells. */
 extern const struct uroce_net_ops uroce_udp_ops;
+/* xdp.c: AF_XDP on the interface of the device's one IPv4 address
+ * (UROCE_XDP), alone: no rings, no doorbells, no multicast. */
+extern const struct uroce_net_ops uroce_xdp_ops;
 /* ring.c: same-host peers only, never alone -- its doorbells and its
  * flows' packets to other GIDs go by UDP (net.c). */
 extern const struct uroce_net_ops uroce_ring_ops;

@@ -94,6 +94,11 @@ static void active_mtu_from_netdevs(struct uroce_config *cfg)
 		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "interface %s, MTU %u", shown, shown_mtu);
 	else
 		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "default: interface MTU unknown");
+	/* AF_XDP (net/xdp.c): a packet and its headers in one page-sized frame */
+	if (cfg->xdp && cfg->active_mtu > IBV_MTU_2048) {
+		cfg->active_mtu = IBV_MTU_2048;
+		snprintf(cfg->mtu_from, sizeof(cfg->mtu_from), "UROCE_XDP: 2048 at most");
+	}
 }
 
 static unsigned env_uint(const char *e, unsigned def, unsigned lo, unsigned hi)

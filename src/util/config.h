@@ -33,6 +33,7 @@ struct uroce_config {
 	bool handoff_defer;      /* UROCE_HANDOFF=defer */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
+	bool xdp;                /* UROCE_XDP=1: the AF_XDP backend (net/xdp.c) instead of UDP sockets */
 	unsigned shm_direct_min; /* UROCE_SHM_DIRECT_MIN: messages this large go by one copy on one host (transport/ref.h) */
 	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
 				  * request of its QP to ride with; 0 = never */

@@ -35,6 +35,12 @@
 	X(UROCE_ADDR, gids, addr, 0, 0, 0, \
 	  "a unique `127.64.x.y` per process (same-host only)", \
 	  "IPv4/IPv6 address(es) to bind, comma separated; GID index 0 is the first") \
+	/* before UROCE_MTU, whose default it caps at 2048 */ \
+	X(UROCE_XDP, xdp, bool, 0, 0, false, "0", \
+	  "`1`: send and receive by AF_XDP on the interface of `UROCE_ADDR` (one IPv4 address) instead of " \
+	  "UDP sockets, past the kernel's IP and UDP layers: lower latency to peers on that link. Needs " \
+	  "CAP_NET_ADMIN and CAP_BPF (root), one process per interface, a port MTU of 2048 at most; no " \
+	  "same-host rings or multicast (docs/architecture.md \"The AF_XDP backend\")") \
 	/* rxe's rule, after the addresses: their interfaces' MTUs */ \
 	X(UROCE_MTU, active_mtu, mtu, 0, 0, active_mtu_from_netdevs(cfg), \
 	  "as rxe: the largest that fits the interface MTU less 80 bytes (loopback 4096, Ethernet 1500 → 1024)", \

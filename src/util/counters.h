@@ -76,6 +76,8 @@
 	X(ref_naks_rx, "references the peer refused (a sequence NAK flagged so): resent as packets, counted as no loss") \
 	X(ref_dropped, "references not sent: the flow had to go by UDP, which cannot carry one (resent as data)") \
 	X(ref_refused, "references dropped as malformed or where none may come (not RC, not SEND/WRITE/READ answer)") \
+	X(xdp_no_neigh, "packets not sent by AF_XDP (UROCE_XDP): the peer's link address was not known yet (lost; RC resends them)") \
+	X(xdp_rx_not_ours, "frames the AF_XDP filter handed over that held no RoCEv2 packet for this device's address") \
 	X(cnps_rx, "congestion notification packets received (handed to the QP's controller)") \
 	X(share_forwarded, "packets for another process's QP on a shared address, forwarded to it (net/share.c)") \
 	X(share_forwarded_rx, "packets that another process of a shared address forwarded here") \
@@ -92,7 +94,7 @@
 	X(cm_conns_made, "CM connection records made (a connect, a REQ or SIDR_REQ received)") \
 	X(cm_conns_freed, "CM connection records freed (their id destroyed and the protocol, timewait too, over)") \
 	X(cm_backlog_drops, "REQs and SIDR_REQs dropped: their listener's backlog of unread requests was full") \
-	X(sys_sendmmsg, "sendmmsg system calls (packets to the kernel's UDP)") \
+	X(sys_sendmmsg, "sendmmsg system calls (packets to the kernel's UDP), and with UROCE_XDP the AF_XDP socket's send calls") \
 	X(sys_recvmmsg, "recvmmsg system calls, those that found nothing included") \
 	X(sys_poll, "epoll_pwait2 and ppoll system calls: the engine's sleeps, pollers' looks at the sockets") \
 	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
