@@ -72,8 +72,7 @@ extern const unsigned int uroce_xdp_filter_obj_len;
 #define XDP_NEIGH 64           /* link addresses kept */
 #define XDP_NEIGH_RETRY_NS 1000000ull  /* a missing one is looked for again after 1 ms */
 #define XDP_NEIGH_FRESH_NS 5000000000ull  /* a known one is read again after 5 s (a peer's new NIC) */
-#define XDP_NEIGH_WAIT_US 10000           /* a send waits this long for a new one (neigh_wait) */
-#define XDP_NEIGH_GIVEUP_NS 1000000000ull /* and not again for 1 s when it did not come */
+#define XDP_NEIGH_WAIT_US 10000           /* a send waits this long for a new one, once (neigh_wait) */
 #define XDP_KICK_TRIES 64
 
 struct xdp_queue {
@@ -96,7 +95,7 @@ struct xdp_neigh {
 	bool known;
 	uint8_t mac[6];
 	uint64_t looked_ns;    /* last read of the kernel's table for it */
-	uint64_t gave_up_ns;   /* a wait for it ended without it */
+	bool gave_up;          /* a wait for it ended without it: none again until it is known */
 };
 
 struct xdp_priv {
@@ -121,6 +120,24 @@ struct xdp_priv {
 	struct xdp_neigh neigh[XDP_NEIGH];
 };
 
+/* Each queue's socket, its UMEM and its frames (those it has) closed. */
+static void queues_release(struct xdp_priv *p)
+{
+	for (unsigned i = 0; p->q && i < p->nq; i++) {
+		struct xdp_queue *q = &p->q[i];
+		if (q->xsk)
+			xsk_socket__delete(q->xsk);
+		if (q->umem)
+			xsk_umem__delete(q->umem);
+		if (q->area)
+			munmap(q->area, (size_t)XDP_FRAMES * XDP_FRAME);
+		q->xsk = NULL;
+		q->umem = NULL;
+		q->area = NULL;
+		q->fd = -1;
+	}
+}
+
 /* The open backend of this process, for a forked child (xdp_forked). */
 static struct xdp_priv *xdp_live;
 static pthread_once_t xdp_atfork_once = PTHREAD_ONCE_INIT;
@@ -128,9 +145,11 @@ static pthread_once_t xdp_atfork_once = PTHREAD_ONCE_INIT;
 /* In a forked child: the parent's AF_XDP rings are mapped shared and its
  * send lock may have been held at the fork, so the child sends and
  * receives nothing here (its posts are lost, as to a device it does not
- * own); and it lets go of the filter's link and the port, so that they go
- * when the parent does, whatever the child does (the frames are not the
- * child's: MADV_DONTFORK). */
+ * own); and it lets go of its copies of the sockets, their rings, the
+ * filter's link and the port, so that they go when the parent does,
+ * whatever the child does.  The frames are not the child's
+ * (MADV_DONTFORK): their range may hold the child's own memory later, so
+ * nothing of it is unmapped here. */
 static void xdp_forked(void)
 {
 	struct xdp_priv *p = xdp_live;
@@ -138,6 +157,9 @@ static void xdp_forked(void)
 	if (!p)
 		return;
 	p->forked = true;
+	for (unsigned i = 0; p->q && i < p->nq; i++)
+		p->q[i].area = NULL;  /* not the child's: left alone */
+	queues_release(p);
 	if (p->link) {
 		bpf_link__destroy(p->link);
 		p->link = NULL;
@@ -306,15 +328,7 @@ static void xdp_close(struct uroce_backend *be)
 
 	if (!p)
 		return;
-	for (unsigned i = 0; p->q && i < p->nq; i++) {
-		struct xdp_queue *q = &p->q[i];
-		if (q->xsk)
-			xsk_socket__delete(q->xsk);
-		if (q->umem)
-			xsk_umem__delete(q->umem);
-		if (q->area)
-			munmap(q->area, (size_t)XDP_FRAMES * XDP_FRAME);
-	}
+	queues_release(p);
 	free(p->q);
 	if (p->link)
 		bpf_link__destroy(p->link);
@@ -466,6 +480,17 @@ static bool arp_read(const struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
 	return found;
 }
 
+/* A datagram to ip's discard port, which its stack answers or drops (the
+ * filter passes it): the kernel resolves or confirms ip's link address. */
+static void neigh_probe(struct xdp_priv *p, uint32_t ip)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(9) };
+
+	sin.sin_addr.s_addr = ip;
+	UROCE_COUNT_SYSCALL(p->stats, UC_sys_other, 1);
+	(void)sendto(p->probe_fd, "", 0, MSG_DONTWAIT, (struct sockaddr *)&sin, sizeof(sin));
+}
+
 /* The link address of ip, under tx_lock.  A miss asks the kernel to
  * resolve it (a datagram to the peer's discard port, which its stack
  * answers or drops: the filter passes it) and says no (neigh_wait waits). */
@@ -498,18 +523,20 @@ static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
 	e->looked_ns = now;
 	if (arp_read(p, ip, e->mac)) {
 		e->known = true;
+		e->gave_up = false;
+		/* the kernel's entry goes stale, since our traffic to the peer
+		 * never confirms it: a probe now and then keeps it true (a peer's
+		 * new NIC, an entry collected) */
+		neigh_probe(p, ip);
 		memcpy(mac, e->mac, 6);
 		return true;
 	}
+	neigh_probe(p, ip);
 	if (e->known) {
 		/* gone from the table since: the address it had until resolved again */
 		memcpy(mac, e->mac, 6);
 		return true;
 	}
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(9) };
-	sin.sin_addr.s_addr = ip;
-	UROCE_COUNT_SYSCALL(p->stats, UC_sys_other, 1);
-	(void)sendto(p->probe_fd, "", 0, MSG_DONTWAIT, (struct sockaddr *)&sin, sizeof(sin));
 	return false;
 }
 
@@ -517,9 +544,10 @@ static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
  * the kernel holds its own first packet to a new neighbour: the first
  * packet to a peer (a CM MAD, a UD datagram, an RC request the CM did not
  * precede) is sent, not lost.  An address that did not answer is not
- * waited for again for XDP_NEIGH_GIVEUP_NS: its packets are lost at once,
- * as on a NIC with no neighbour (xdp_no_neigh; RC's retry and the CM's
- * resend try again). */
+ * waited for again until it is known: its packets are lost at once, as on
+ * a NIC with no neighbour (xdp_no_neigh; RC's retry and the CM's resend
+ * try again), so a peer stalls its sender (and the locks it holds: the
+ * engine's ACKs go under rx_lock) at most once, for XDP_NEIGH_WAIT_US. */
 static bool neigh_wait(struct xdp_priv *p, uint32_t ip, uint8_t mac[6], unsigned wait_us)
 {
 	for (unsigned waited = 0;; waited += 500) {
@@ -529,9 +557,9 @@ static bool neigh_wait(struct xdp_priv *p, uint32_t ip, uint8_t mac[6], unsigned
 		for (int i = 0; i < XDP_NEIGH && !known; i++)
 			if (p->neigh[i].ip == ip)
 				e = &p->neigh[i];
-		bool give_up = !known && (waited >= wait_us || (e && e->gave_up_ns && now_ns() - e->gave_up_ns < XDP_NEIGH_GIVEUP_NS));
-		if (give_up && e && waited >= wait_us)
-			e->gave_up_ns = now_ns();
+		bool give_up = !known && (waited >= wait_us || (e && e->gave_up));
+		if (give_up && e)
+			e->gave_up = true;
 		pthread_mutex_unlock(&p->tx_lock);
 		if (known || give_up)
 			return known;
@@ -606,9 +634,9 @@ static int xdp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 	 * keeps RC's below; a path MTU set above the port's does not) */
 	for (int i = 0; i < n; i++)
 		if (XDP_HDRS + msgs[i].len > XDP_FRAME_ROOM) {
-			UROCE_COUNT(p->stats, UC_tx_too_big, 1);
 			if (i == 0)
-				return -EMSGSIZE;
+				return -EMSGSIZE;  /* counted by net_send (tx_too_big) */
+			UROCE_COUNT(p->stats, UC_tx_too_big, 1);
 			n = i;
 			break;
 		}
@@ -771,7 +799,7 @@ static int xdp_add_fds(struct uroce_backend *be, int epfd)
 	struct xdp_priv *p = be->priv;
 	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1 };
 
-	for (unsigned i = 0; i < p->nq; i++)
+	for (unsigned i = 0; !p->forked && i < p->nq; i++)
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, p->q[i].fd, &ev) < 0)
 			return -errno;
 	return 0;
