@@ -37,7 +37,6 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -178,7 +177,7 @@ static void xdp_atfork(void)
 struct uroce_backend_flow {
 	struct xdp_priv *p;
 	uint16_t sport;
-	uint32_t saddr;        /* network order */
+	uint8_t sgid[16];      /* the source address, for ip_header_build */
 };
 
 static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -196,23 +195,8 @@ static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list 
 /* The interface that holds addr, its index and link address. */
 static int find_interface(struct xdp_priv *p)
 {
-	struct ifaddrs *ifa, *i;
-	int rc = -EADDRNOTAVAIL;
-
-	if (getifaddrs(&ifa) < 0)
-		return -errno;
-	for (i = ifa; i; i = i->ifa_next) {
-		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
-			continue;
-		if (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr != p->addr)
-			continue;
-		snprintf(p->ifname, sizeof(p->ifname), "%s", i->ifa_name);
-		rc = 0;
-		break;
-	}
-	freeifaddrs(ifa);
-	if (rc < 0)
-		return rc;
+	if (!config_netdev_of(p->cfg->gids[0], p->ifname))
+		return -EADDRNOTAVAIL;
 	p->ifindex = (int)if_nametoindex(p->ifname);
 	struct ifreq r;
 	memset(&r, 0, sizeof(r));
@@ -444,7 +428,7 @@ static struct uroce_backend_flow *xdp_flow_open(struct uroce_backend *be, const 
 		return NULL;
 	f->p = be->priv;
 	f->sport = sport;
-	memcpy(&f->saddr, sgid + 12, 4);
+	memcpy(f->sgid, sgid, 16);
 	return f;
 }
 
@@ -491,10 +475,11 @@ static void neigh_probe(struct xdp_priv *p, uint32_t ip)
 	(void)sendto(p->probe_fd, "", 0, MSG_DONTWAIT, (struct sockaddr *)&sin, sizeof(sin));
 }
 
-/* The link address of ip, under tx_lock.  A miss asks the kernel to
- * resolve it (a datagram to the peer's discard port, which its stack
- * answers or drops: the filter passes it) and says no (neigh_wait waits). */
-static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
+/* The link address of ip, under tx_lock, and its entry in *entry.  A
+ * miss asks the kernel to resolve it (a datagram to the peer's discard
+ * port, which its stack answers or drops: the filter passes it) and says
+ * no (neigh_wait waits). */
+static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6], struct xdp_neigh **entry)
 {
 	struct xdp_neigh *e = NULL, *free_e = NULL;
 	uint64_t now;
@@ -507,6 +492,7 @@ static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
 		if (!p->neigh[i].ip && !free_e)
 			free_e = &p->neigh[i];
 	}
+	*entry = e;
 	now = now_ns();
 	if (e && e->known && now - e->looked_ns < XDP_NEIGH_FRESH_NS) {
 		memcpy(mac, e->mac, 6);
@@ -519,6 +505,7 @@ static bool neigh_find(struct xdp_priv *p, uint32_t ip, uint8_t mac[6])
 		e = free_e ? free_e : &p->neigh[ntohl(ip) % XDP_NEIGH];
 		memset(e, 0, sizeof(*e));
 		e->ip = ip;
+		*entry = e;
 	}
 	e->looked_ns = now;
 	if (arp_read(p, ip, e->mac)) {
@@ -552,13 +539,10 @@ static bool neigh_wait(struct xdp_priv *p, uint32_t ip, uint8_t mac[6], unsigned
 {
 	for (unsigned waited = 0;; waited += 500) {
 		pthread_mutex_lock(&p->tx_lock);
-		bool known = neigh_find(p, ip, mac);
-		struct xdp_neigh *e = NULL;
-		for (int i = 0; i < XDP_NEIGH && !known; i++)
-			if (p->neigh[i].ip == ip)
-				e = &p->neigh[i];
-		bool give_up = !known && (waited >= wait_us || (e && e->gave_up));
-		if (give_up && e)
+		struct xdp_neigh *e;
+		bool known = neigh_find(p, ip, mac, &e);
+		bool give_up = !known && (waited >= wait_us || e->gave_up);
+		if (give_up)
 			e->gave_up = true;
 		pthread_mutex_unlock(&p->tx_lock);
 		if (known || give_up)
@@ -579,17 +563,6 @@ static void xdp_flow_prepare(struct uroce_backend *be, const uint8_t peer[16], u
 		memcpy(&ip, peer + 12, 4);
 		neigh_wait(be->priv, ip, mac, 100000);
 	}
-}
-
-static uint16_t ip_checksum(const uint8_t *h)
-{
-	uint32_t s = 0;
-
-	for (int i = 0; i < 20; i += 2)
-		s += (uint32_t)(h[i] << 8 | h[i + 1]);
-	while (s >> 16)
-		s = (s & 0xFFFF) + (s >> 16);
-	return (uint16_t)~s;
 }
 
 static void reclaim_tx(struct xdp_queue *q)
@@ -642,7 +615,8 @@ static int xdp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 		}
 	memcpy(&daddr, dgid + 12, 4);
 	pthread_mutex_lock(&p->tx_lock);
-	bool known = neigh_find(p, daddr, dmac);
+	struct xdp_neigh *e;
+	bool known = neigh_find(p, daddr, dmac, &e);
 	if (!known) {
 		pthread_mutex_unlock(&p->tx_lock);
 		known = neigh_wait(p, daddr, dmac, XDP_NEIGH_WAIT_US);
@@ -670,16 +644,9 @@ static int xdp_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8_
 		memcpy(fr, dmac, 6);
 		memcpy(fr + 6, p->mac, 6);
 		fr[12] = 0x08, fr[13] = 0x00;
-		uint8_t *ip = fr + 14, *udp = fr + 34;
-		ip[0] = 0x45, ip[1] = tos;
-		st16(ip + 2, (uint16_t)(20 + 8 + len));
-		st16(ip + 4, m->gso_idx);  /* the ID the ICRC was computed with (§4.2) */
-		st16(ip + 6, 0x4000);      /* DF (§1.2) */
-		ip[8] = 64, ip[9] = 17;
-		st16(ip + 10, 0);
-		memcpy(ip + 12, &f->saddr, 4);
-		memcpy(ip + 16, &daddr, 4);
-		st16(ip + 10, ip_checksum(ip));
+		/* IPv4 with DF and the ID the ICRC was computed with (§1.2, §4.2) */
+		ip_header_build(fr + 14, f->sgid, dgid, (uint16_t)(8 + len), m->gso_idx, tos, 64);
+		uint8_t *udp = fr + 34;
 		st16(udp, f->sport);
 		st16(udp + 2, ROCE_UDP_PORT);
 		st16(udp + 4, (uint16_t)(8 + len));

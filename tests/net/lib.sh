@@ -154,6 +154,19 @@ ns_exec_bg() {
     _NETNS_BG+=("$NS_BG_PID")
 }
 
+# ns_wait_listen NS PORT [PID]: wait (up to 20 s) until a TCP listener on
+# PORT exists in NS; 1 if it never does or PID (the server) exits first.
+# Programs that swap addresses over TCP first (ibv_*_pingpong, perftest).
+ns_wait_listen() {
+    local ns=$1 port=$2 pid=${3:-} i
+    for ((i = 0; i < 400; i++)); do
+        ip netns exec "$ns" ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && return 0
+        [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
+        sleep 0.05
+    done
+    return 1
+}
+
 netns_require() {
     [ "$(id -u)" = 0 ] || net_skip "must run as root (network namespaces, nftables)"
     command -v ip >/dev/null 2>&1 || net_skip "iproute2 'ip' not found"

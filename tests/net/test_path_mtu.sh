@@ -28,10 +28,7 @@ pingpong() {
     ns_exec "$NS_B" env UROCE_ADDR="$ADDR_B" timeout 30 "$U" run -- ibv_rc_pingpong -g 0 "$@" \
         >"$T/$name.server" 2>&1 &
     local spid=$!
-    for _ in $(seq 100); do
-        ip netns exec "$NS_B" ss -ltn 'sport = :18515' 2>/dev/null | grep -q LISTEN && break
-        sleep 0.05
-    done
+    ns_wait_listen "$NS_B" 18515 $spid
     ns_exec "$NS_A" env UROCE_ADDR="$ADDR_A" timeout 30 "$U" run -- ibv_rc_pingpong -g 0 "$@" "$ADDR_B" \
         >"$T/$name.client" 2>&1
     C_RC=$?

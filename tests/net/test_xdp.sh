@@ -54,11 +54,7 @@ pair() {
     # shellcheck disable=SC2046
     ns_exec "$NS_B" env $(env_of B "$sb") timeout 60 "$U" run -- "$prog" "${sargs[@]}" >"$T/$name.server" 2>&1 &
     local spid=$!
-    for _ in $(seq 100); do
-        ip netns exec "$NS_B" ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
-        [ "$prog" = rping ] && break
-        sleep 0.05
-    done
+    [ "$prog" = rping ] || ns_wait_listen "$NS_B" "$port" $spid
     for _ in $(seq 20); do
         [ -n "${FORGET_NEIGH:-}" ] && forget_neigh
         # shellcheck disable=SC2046
@@ -175,10 +171,7 @@ hold() {
     setsid ip netns exec "$NS_A" env UROCE_XDP=1 UROCE_ADDR="$ADDR_A" timeout 60 "$U" run -- \
         ibv_rc_pingpong -g 0 -p "$HOLDER_PORT" -n 20 >"$T/holder.$HOLDER_PORT" 2>&1 &
     HOLDER=$!
-    for _ in $(seq 100); do
-        ip netns exec "$NS_A" ss -ltn "sport = :$HOLDER_PORT" 2>/dev/null | grep -q LISTEN && break
-        sleep 0.05
-    done
+    ns_wait_listen "$NS_A" "$HOLDER_PORT" $HOLDER
 }
 
 hold 18519
@@ -212,10 +205,7 @@ fi
 ns_exec "$NS_B" env UROCE_ADDR="$ADDR_B" timeout 30 "$U" run -- ibv_rc_pingpong -g 0 -p 18521 -c -n 100 \
     >"$T/other_addr.server" 2>&1 &
 spid=$!
-for _ in $(seq 100); do
-    ip netns exec "$NS_B" ss -ltn "sport = :18521" 2>/dev/null | grep -q LISTEN && break
-    sleep 0.05
-done
+ns_wait_listen "$NS_B" 18521 $spid
 ns_exec "$NS_A" env UROCE_ADDR="$ADDR_A2" timeout 30 "$U" run -- ibv_rc_pingpong -g 0 -p 18521 -c -n 100 "$ADDR_B" \
     >"$T/other_addr.client" 2>&1
 C_RC=$?

@@ -222,15 +222,6 @@ fmt_counters() {   # ARRAYNAME
 # c NAME: server + client value of a counter in the last run
 c() { echo $(( ${CS[$1]:-0} + ${CC[$1]:-0} )); }
 
-wait_listen() {   # NS PORT PID : wait until a TCP listener on PORT exists
-    local ns=$1 port=$2 pid=$3 i
-    for ((i = 0; i < 400; i++)); do
-        ip netns exec "$ns" ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && return 0
-        kill -0 "$pid" 2>/dev/null || return 1
-        sleep 0.05
-    done
-    return 1
-}
 
 show_file() {   # TAG FILE
     [ -s "$2" ] && sed "s/^/    $1| /" "$2"
@@ -286,7 +277,7 @@ run_pair() {
     # on two CPUs can starve an ordinary one past a short run's whole life
     ( chrt -f -p 2 $BASHPID >/dev/null 2>&1; _watch_shm "$spid" "$KEEP_DIR/$tag-server" ) &
     swatch=$!
-    if wait_listen "$NS_B" "$port" "$spid"; then
+    if ns_wait_listen "$NS_B" "$port" "$spid"; then
         ip netns exec "$NS_A" "${env_a[@]}" "$UROCE" run -- "${ccmd[@]}" >"$d/client.log" 2>&1 </dev/null &
         cpid=$!
         ( chrt -f -p 2 $BASHPID >/dev/null 2>&1; _watch_shm "$cpid" "$KEEP_DIR/$tag-client" ) &
