@@ -259,7 +259,9 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct engi
 		dev_count(dev, UC_engine_sleeps, 1);
 	if (place)
 		engine_place(dev, place, now_ns());
+	atomic_store(&dev->eng.on_sockets, true);
 	int n = engine_sleep(dev, dev->eng.epfd, 0, true);
+	atomic_store(&dev->eng.on_sockets, false);
 	net_rx_sleeping(dev->net, false);
 	if (n > 0)
 		atomic_store_explicit(&dev->net->rx_sockets_due, true, memory_order_relaxed);
@@ -308,7 +310,7 @@ static void *engine_main(void *arg)
 		if (!defer && (int64_t)(now - held) < 0) {
 			uint64_t seen = atomic_load(&dev->eng.handback_ns);
 			/* grace: an application spins on its CQ (a run of polls
-			 * close together lasting 50 us: poll_stamp) and receives;
+			 * close together lasting 10 us: poll_stamp) and receives;
 			 * the engine stays off the sockets, so that no packet wakes
 			 * a thread to preempt it, runs only what is due, if no
 			 * poller is at it, and wakes to notice when the spin stops.

@@ -12,8 +12,13 @@
  * engine per completion. */
 #define HANDBACK_MIN_NS 100000ull
 /* How long a run of polls close together must last to be a spin
- * (poll_stamp). */
-#define SPIN_MIN_NS 50000ull
+ * (poll_stamp).  10 us: longer than a drain of a few polls or a burst of
+ * 16 (progress_poll_burst_*), and short enough that a spin that begins as
+ * a peer's message is on its way is known before it comes (issue #16: MPI
+ * ranks that start polling after a millisecond's work; with 50 us the
+ * first hops of each 1 MiB ping went through both sleeping engines, a
+ * doorbell and a wake-up each, ~45 us more per message). */
+#define SPIN_MIN_NS 10000ull
 /* How often polls that keep finding completions receive (exec_poll_found). */
 #define FOUND_RX_NS 25000ull
 
@@ -120,10 +125,24 @@ static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 	} else {
 		uint64_t run = atomic_load_explicit(&dev->eng.app_run_ns, memory_order_acquire);
 		if ((int64_t)(now - run) >= (int64_t)SPIN_MIN_NS) {
+			bool begins = atomic_load_explicit(&dev->eng.app_spin_from_ns, memory_order_relaxed) != run;
 			/* the run's start before its last poll (release; the
 			 * reader takes the poll with acquire, exec_spin_held) */
 			atomic_store_explicit(&dev->eng.app_spin_from_ns, run, memory_order_relaxed);
 			atomic_store_explicit(&dev->eng.app_spin_ns, now, memory_order_release);
+			/* A spin begins while the engine sleeps on the sockets:
+			 * same-host senders ring it for every record (the ring's
+			 * rx_sleeping) and its wake-up preempts the spinner, for
+			 * packets the spinner would take itself.  Kicked, it
+			 * sees the spin and sleeps off the sockets (engine.c's
+			 * grace), once per spin.  (A spin that begins as the
+			 * engine is about to sleep there is missed, and its next
+			 * doorbell wakes the engine as before.  The defer mode
+			 * has no grace.) */
+			if (begins && !dev->cfg.handoff_defer && atomic_load(&dev->eng.on_sockets)) {
+				dev_count(dev, UC_engine_kicks, 1);
+				engine_kick(dev);
+			}
 		}
 	}
 	atomic_store_explicit(&dev->eng.app_poll_ns, now, memory_order_release);

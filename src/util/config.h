@@ -29,12 +29,13 @@ struct uroce_config {
 				  * timer; 0 = only the IBA ACK timer */
 	unsigned poll_grace_us;  /* UROCE_POLL_GRACE_US: the longest the engine stays off the
 				  * sockets while an application spins on its CQ */
-	unsigned poll_spin_us;   /* UROCE_POLL_SPIN_US: polls this close, for 50 us: a spin */
+	unsigned poll_spin_us;   /* UROCE_POLL_SPIN_US: polls this close, for 10 us: a spin */
 	bool handoff_defer;      /* UROCE_HANDOFF=defer */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
 	bool xdp;                /* UROCE_XDP=1: the AF_XDP backend (net/xdp.c) instead of UDP sockets */
 	unsigned shm_direct_min; /* UROCE_SHM_DIRECT_MIN: messages this large go by one copy on one host (transport/ref.h) */
+	unsigned pull_split_min; /* UROCE_PULL_SPLIT_MIN: such copies this large are shared with a helper thread (mem/pull.h) */
 	unsigned ack_defer_us;   /* UROCE_ACK_DEFER_US: how long an owed ACK may wait for a
 				  * request of its QP to ride with; 0 = never */
 	unsigned cork_pkts;      /* UROCE_CORK_PKTS: packets a stream's posts may hold back

@@ -69,6 +69,12 @@
 	  "RC SENDs, WRITEs and READs of at least this many bytes between uroce processes of one host " \
 	  "are copied once, straight between the two processes' memory (`process_vm_readv`), instead " \
 	  "of as packets through the ring; `0`: never (docs/architecture.md \"The single copy\")") \
+	/* 256 KiB: below it the helper's wake-up (~10-20 us on this \
+	 * project's machine) is most of the copy's time */ \
+	X(UROCE_PULL_SPLIT_MIN, pull_split_min, uint, 0, UINT_MAX, 262144, "262144", \
+	  "a same-host copy by reference of at least this many bytes is shared, 128 KiB at a time, " \
+	  "with a helper thread on another CPU; `0`: one thread copies it (docs/architecture.md " \
+	  "\"The single copy\")") \
 	X(UROCE_SPIN_US, spin_us, uint, 0, UINT_MAX, 50, "50", \
 	  "how long the engine busy-polls after the last packet before sleeping, when no application " \
 	  "polls, and only while no more threads are runnable than there are CPUs") \
@@ -83,7 +89,7 @@
 	  "at least UROCE_POLL_SPIN_US); defer: an application that polled this recently is given " \
 	  "the packets first") \
 	X(UROCE_POLL_SPIN_US, poll_spin_us, uint, 0, UINT_MAX, 200, "200", \
-	  "polls of the CQs this close together, for 50 us or more, mean an application spins on " \
+	  "polls of the CQs this close together, for 10 us or more, mean an application spins on " \
 	  "them and receives itself; polls further apart or in shorter runs leave receiving to the " \
 	  "engine; `0`: never a spin") \
 	X(UROCE_ACK_DEFER_US, ack_defer_us, uint, 0, UINT_MAX, 20, "20", \

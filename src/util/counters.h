@@ -72,6 +72,7 @@
 	X(ref_bytes_tx, "bytes sent by reference (ref_tx)") \
 	X(ref_rx, "references received and copied from the peer's memory (one copy, no packets)") \
 	X(ref_bytes_rx, "bytes copied from a same-host peer's memory by reference") \
+	X(ref_pull_helper_bytes, "bytes of large references (UROCE_PULL_SPLIT_MIN) that the pull helper thread copied beside the thread that received them") \
 	X(ref_pull_failed, "references refused: the peer's memory could not be read (process gone, no permission, memory unmapped), or they named another process than the peer's; what they stood for comes again as packets") \
 	X(ref_naks_rx, "references the peer refused (a sequence NAK flagged so): resent as packets, counted as no loss") \
 	X(ref_dropped, "references not sent: the flow had to go by UDP, which cannot carry one (resent as data)") \
@@ -99,10 +100,10 @@
 	X(sys_poll, "epoll_pwait2 and ppoll system calls: the engine's sleeps, pollers' looks at the sockets") \
 	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
 	X(sys_yield, "sched_yield system calls of a spinning engine") \
-	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled") \
+	X(sys_vm_readv, "process_vm_readv system calls: same-host references pulled (a large one in chunks: UROCE_PULL_SPLIT_MIN)") \
 	X(sys_sched, "sched_setscheduler and sched_{get,set}affinity system calls: a real-time engine spinning as an ordinary thread and back, and looking where to sleep (engine_place)") \
 	X(sys_other, "other data-path system calls: doorbells, shared-address forwards, /proc/loadavg reads, per-CPU idle times (engine_place), looks for same-host rendezvous (accept4), ring producers' liveness (fcntl)") \
-	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls)") \
+	X(sys_by_engine, "system calls counted above that the engine thread made (the rest: applications' threads in verbs calls, and the pull helper: UROCE_PULL_SPLIT_MIN)") \
 	X(copy_to_kernel_bytes, "message payload bytes given to sendmmsg: the kernel copies them from registered memory (one copy)") \
 	X(copy_from_kernel_bytes, "message payload bytes recvmmsg copied from the kernel into packet buffers") \
 	X(copy_ring_in_bytes, "message payload bytes copied into a same-host peer's ring") \
