@@ -37,12 +37,13 @@ if [ "${UROCE_SKIP_SANITIZE:-0}" != 1 ]; then
 	(cd build-asan && ctest --output-on-failure --timeout 600 -L xdp "$@")
 	unset UROCE_SANITIZER_RUNTIME ASAN_OPTIONS UBSAN_OPTIONS
 
-	# ThreadSanitizer: the library and the stress test instrumented (libibverbs
+	# ThreadSanitizer: the library and the stress tests instrumented (libibverbs
 	# is not; it only dispatches), the runtime preloaded first by the launcher
-	# (tests/stress/README.md); a data race fails the test
-	echo "== build with ThreadSanitizer; the concurrency stress test under it"
+	# (tests/stress/README.md); a data race fails the test.  Label stress:
+	# rc_stress's cases and unit_pull (the pull helper's ticket, mem/pull.c)
+	echo "== build with ThreadSanitizer; the concurrency stress tests under it"
 	cmake -S "$UROCE_ROOT" -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON >/dev/null
-	cmake --build build-tsan -j"$(nproc)" --target uroce uroce-launcher rc_stress
+	cmake --build build-tsan -j"$(nproc)" --target uroce uroce-launcher rc_stress test_pull
 	export UROCE_SANITIZER_RUNTIME=$(gcc -print-file-name=libtsan.so)
 	export TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0
 	(cd build-tsan && ctest --output-on-failure --timeout 600 -L stress "$@")
