@@ -36,7 +36,6 @@ struct uroce_engine {
 	_Alignas(64) _Atomic uint64_t handback_ns; /* last hand-back (exec_poll_found, exec_poll_block) */
 	atomic_bool stop;
 	atomic_bool sleeping;
-	atomic_bool on_sockets;         /* asleep on the sockets, rung by same-host senders (sleep_on_sockets) */
 	_Atomic uint64_t wake_ns;       /* when the sleeping engine will wake at the latest */
 	_Atomic uint64_t off_until_ns;  /* the engine sleeps off the sockets until then (0: not) */
 	/* a request (not a response) from a peer was last received: the
@@ -73,7 +72,6 @@ struct uroce_dev {
 	atomic_int rx_writes_open;      /* QPs with an RDMA WRITE partly received (qp_set_in_write) */
 	pthread_mutex_t rx_lock;       /* whoever processes received packets and timers */
 	struct uroce_rxpkt *rx_pkts;   /* receive batch, used under rx_lock */
-	unsigned rx_batch_refs;        /* references in the batch being run (rx_lock; transport_rx_batch) */
 	struct uroce_qp **acks_owed;   /* QPs owing a coalesced ACK after this batch (rx_lock) */
 	unsigned n_acks_owed;
 	struct uroce_qp *acks_deferred; /* QPs whose owed ACK waits for a request or more of a stream (rx_lock) */

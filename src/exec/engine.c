@@ -18,6 +18,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include "../core/wake.h"
+#include "../util/thread.h"
 #include "../net/net.h"
 #include "../transport/transport.h"
 
@@ -259,9 +260,7 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct engi
 		dev_count(dev, UC_engine_sleeps, 1);
 	if (place)
 		engine_place(dev, place, now_ns());
-	atomic_store(&dev->eng.on_sockets, true);
 	int n = engine_sleep(dev, dev->eng.epfd, 0, true);
-	atomic_store(&dev->eng.on_sockets, false);
 	net_rx_sleeping(dev->net, false);
 	if (n > 0)
 		atomic_store_explicit(&dev->net->rx_sockets_due, true, memory_order_relaxed);
@@ -483,25 +482,11 @@ int engine_start(struct uroce_dev *dev)
 	 * spins only while a CPU is to spare (cpu_to_spare), and rx_lock inherits
 	 * priority, so an application thread holding it is never left behind.
 	 * UROCE_ENGINE_RT=0 keeps it an ordinary thread.  The policy is set
-	 * before the thread starts, so engine_rt never changes under it. */
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	if (dev->cfg.engine_rt) {
-		struct sched_param sp = { .sched_priority = 1 };
-		pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-		pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
-		pthread_attr_setschedparam(&attr, &sp);
-		dev->eng.rt = true;
-	}
-	rc = pthread_create(&dev->eng.thread, &attr, engine_main, dev);
-	pthread_attr_destroy(&attr);
-	if (rc == EPERM && dev->eng.rt) {
-		dev->eng.rt = false;  /* not permitted: an ordinary thread */
-		rc = pthread_create(&dev->eng.thread, NULL, engine_main, dev);
-	}
+	 * before the thread starts, so eng.rt never changes under it. */
+	dev->eng.rt = dev->cfg.engine_rt;
+	rc = thread_start(&dev->eng.thread, engine_main, dev, &dev->eng.rt, "uroce-engine");
 	if (rc)
 		return -rc;
-	pthread_setname_np(dev->eng.thread, "uroce-engine");
 	dev->eng.running = true;
 	return 0;
 }

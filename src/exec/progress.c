@@ -135,11 +135,13 @@ static void poll_stamp(struct uroce_dev *dev, uint64_t now)
 			 * rx_sleeping) and its wake-up preempts the spinner, for
 			 * packets the spinner would take itself.  Kicked, it
 			 * sees the spin and sleeps off the sockets (engine.c's
-			 * grace), once per spin.  (A spin that begins as the
+			 * grace), once per spin.  Asleep and not off the sockets
+			 * until a hold's end is asleep on them, but in the defer
+			 * mode, which has no grace.  (A spin that begins as the
 			 * engine is about to sleep there is missed, and its next
-			 * doorbell wakes the engine as before.  The defer mode
-			 * has no grace.) */
-			if (begins && !dev->cfg.handoff_defer && atomic_load(&dev->eng.on_sockets)) {
+			 * doorbell wakes the engine as before.) */
+			if (begins && !dev->cfg.handoff_defer && atomic_load(&dev->eng.sleeping) &&
+			    !atomic_load(&dev->eng.off_until_ns)) {
 				dev_count(dev, UC_engine_kicks, 1);
 				engine_kick(dev);
 			}

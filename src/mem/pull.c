@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include "../util/thread.h"
 
 /* The ticket: the job's sequence number (bits 32-63), its chunks (16-31)
  * and the next chunk to take (0-15), in one word, so that taking a chunk
@@ -77,46 +78,43 @@ unsigned pull_iov_slice(const struct iovec *v, unsigned n, size_t off, size_t le
 	return len ? 0 : k;
 }
 
-/* Chunk c of the current job; false if it read short. */
-static bool copy_chunk(uint32_t c, unsigned *calls, uint64_t *bytes)
+/* Copies chunk c of the current job: the bytes read, or -1.  Both sides
+ * hold exactly the job's length (pull_copy), so the slices always fit. */
+static ssize_t copy_chunk(uint32_t c)
 {
 	struct iovec l[PULL_MAX_LOCAL], r[PULL_MAX_REMOTE];
 	size_t off = (size_t)c * PULL_CHUNK, len = pull.len - off < PULL_CHUNK ? pull.len - off : PULL_CHUNK;
 	unsigned nl = pull_iov_slice(pull.local, pull.nl, off, len, l, PULL_MAX_LOCAL);
 	unsigned nr = pull_iov_slice(pull.remote, pull.nr, off, len, r, PULL_MAX_REMOTE);
 
-	if (!nl || !nr)
-		return false;
-	(*calls)++;
 	ssize_t got = process_vm_readv(pull.pid, l, nl, r, nr, 0);
-	if (got > 0)
-		*bytes += (size_t)got;
-	return got == (ssize_t)len;
+	if (got != (ssize_t)len)
+		atomic_store_explicit(&pull.failed, 1, memory_order_relaxed);
+	return got;
 }
 
-/* Takes and copies chunks of job `seq` until none is left.  The helper
- * counts each chunk's call and bytes before the chunk is done, which the
- * caller waits for before it reads them. */
-static void take_chunks(uint32_t seq, bool helper, unsigned *calls, uint64_t *bytes)
+/* Takes and copies chunks of job `seq` until none is left; returns the
+ * process_vm_readv calls made.  The helper counts its calls and bytes
+ * before each chunk is done, which the caller waits for before it reads
+ * them. */
+static unsigned take_chunks(uint32_t seq, bool helper)
 {
 	uint64_t t = atomic_load_explicit(&pull.ticket, memory_order_acquire);
+	unsigned calls = 0;
 
 	for (;;) {
 		if (T_SEQ(t) != seq || T_NEXT(t) >= T_CHUNKS(t))
-			return;
+			return calls;
 		if (!atomic_compare_exchange_weak_explicit(&pull.ticket, &t, t + 1, memory_order_acq_rel,
 							   memory_order_acquire))
 			continue;
-		unsigned c = 0;
-		uint64_t b = 0;
-		if (!copy_chunk(T_NEXT(t), &c, &b))
-			atomic_store_explicit(&pull.failed, 1, memory_order_relaxed);
+		ssize_t got = copy_chunk(T_NEXT(t));
+		calls++;
 		if (helper) {
-			atomic_fetch_add_explicit(&pull.helper_readv, c, memory_order_relaxed);
-			atomic_fetch_add_explicit(&pull.helper_bytes, b, memory_order_relaxed);
+			atomic_fetch_add_explicit(&pull.helper_readv, 1, memory_order_relaxed);
+			if (got > 0)
+				atomic_fetch_add_explicit(&pull.helper_bytes, (uint64_t)got, memory_order_relaxed);
 		}
-		*calls += c;
-		*bytes += b;
 		atomic_fetch_add_explicit(&pull.done, 1, memory_order_release);
 		t = atomic_load_explicit(&pull.ticket, memory_order_acquire);
 	}
@@ -137,10 +135,7 @@ static void *helper_main(void *arg)
 			return NULL;  /* the eventfd is gone */
 		}
 		atomic_fetch_add_explicit(&pull.helper_reads, 1, memory_order_relaxed);
-		uint64_t t = atomic_load_explicit(&pull.ticket, memory_order_acquire);
-		unsigned calls = 0;
-		uint64_t bytes = 0;
-		take_chunks(T_SEQ(t), true, &calls, &bytes);
+		take_chunks(T_SEQ(atomic_load_explicit(&pull.ticket, memory_order_acquire)), true);
 	}
 }
 
@@ -178,25 +173,13 @@ static bool helper_ready(bool rt, unsigned *sched_calls)
 		pull.efd = eventfd(0, EFD_CLOEXEC);
 		if (pull.efd < 0)
 			return false;
-		pthread_attr_t attr;
-		pthread_attr_init(&attr);
-		if (rt) {  /* as the engine (engine.c, engine_start): woken within microseconds */
-			struct sched_param sp = { .sched_priority = 1 };
-			pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-			pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
-			pthread_attr_setschedparam(&attr, &sp);
-		}
-		int rc = pthread_create(&pull.thread, &attr, helper_main, NULL);
-		pthread_attr_destroy(&attr);
-		if (rc == EPERM && rt)
-			rc = pthread_create(&pull.thread, NULL, helper_main, NULL);
-		if (rc) {
+		/* real-time as the engine is (engine.c, engine_start) */
+		if (thread_start(&pull.thread, helper_main, NULL, &rt, "uroce-pull")) {
 			close(pull.efd);
 			pull.efd = -1;
 			return false;
 		}
 		pthread_detach(pull.thread);
-		pthread_setname_np(pull.thread, "uroce-pull");
 		pull.state = HELPER_RUNNING;
 	}
 	/* Off the caller's CPU: a real-time helper woken where it last ran
@@ -259,8 +242,7 @@ bool pull_copy(pid_t pid, const struct iovec *local, unsigned nl, const struct i
 	if (write(pull.efd, &one, sizeof one) < 0) {
 		/* not kicked: the caller copies it all */
 	}
-	uint64_t bytes = 0;
-	take_chunks(seq, false, &cost->readv_calls, &bytes);
+	cost->readv_calls = take_chunks(seq, false);
 	/* only chunks the helper has begun are left: a copy of 128 KiB, unless
 	 * its page faults block (the peer's memory, as for one thread's pull) */
 	while (atomic_load_explicit(&pull.done, memory_order_acquire) < chunks)

@@ -192,11 +192,7 @@ static void qp_rx(struct uroce_dev *dev, struct uroce_qp *qp, struct uroce_pkt *
 void transport_rx_batch(struct uroce_dev *dev, struct uroce_rxpkt *pkts, int n)
 {
 	bool req[UROCE_RX_BATCH], requests = false;
-	unsigned refs = 0;
 
-	for (int i = 0; i < n; i++)
-		refs += !!(pkts[i].flags & NET_PKT_REF);
-	dev->rx_batch_refs = refs;  /* ref_pull: a lone reference, or a stream of them */
 	for (int i = 0; i < n; i++) {
 		/* a runt goes with the requests, to be dropped and counted */
 		uint32_t mask = pkts[i].len < BTH_LEN ? 0 : opinfo(pkts[i].buf[0])->mask;

@@ -79,18 +79,13 @@ bool ref_pull(struct uroce_dev *dev, const struct ref_src *src, const struct uro
 	local[k].iov_base = &byte;
 	local[k].iov_len = 1;
 	k++;
-	/* A lone reference of its batch gets a second CPU (mem/pull.h): the
-	 * peer waits for it, on the other CPU as often as not.  Several in one
-	 * batch are a stream, whose sender keeps the other CPU busy with the
-	 * next; shared there, ib_write_bw 1 MiB by the rings lost ~4 %. */
+	/* a large one shared with the pull helper on another CPU (mem/pull.h) */
 	struct pull_cost cost;
-	size_t split_min = dev->rx_batch_refs > 1 ? 0 : dev->cfg.pull_split_min;
-	bool ok = pull_copy(src->pid, local, k, src->seg, src->nseg, src->len, split_min, dev->eng.rt, &cost);
+	bool ok = pull_copy(src->pid, local, k, src->seg, src->nseg, src->len, dev->cfg.pull_split_min, dev->eng.rt,
+			    &cost);
 	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_vm_readv, cost.readv_calls);
-	if (cost.eventfd_calls)
-		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_eventfd, cost.eventfd_calls);
-	if (cost.sched_calls)
-		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_sched, cost.sched_calls);
+	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_eventfd, cost.eventfd_calls);
+	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_sched, cost.sched_calls);
 	/* the helper's calls are no engine's (UROCE_COUNT_SYSCALL tells by the calling thread) */
 	dev_count(dev, UC_sys_vm_readv, cost.helper_readv);
 	dev_count(dev, UC_sys_eventfd, cost.helper_reads);
