@@ -9,6 +9,16 @@
 #include <string.h>
 #include <sys/time.h>
 #include "../wire/ip.h"
+#include "../util/dl.h"
+
+/* libpcap, opened at the first tap (util/dl.h): a process that does not
+ * capture maps neither it nor what it needs (libdbus, libsystemd,
+ * libgcrypt and more) */
+#define PCAP_SYMS(X) X(pcap_open_dead) X(pcap_close) X(pcap_dump_open) X(pcap_dump) \
+	X(pcap_dump_flush) X(pcap_dump_close)
+static struct { PCAP_SYMS(DL_SLOT) } pc;
+static const char *const pc_names[] = { PCAP_SYMS(DL_NAME) };
+static struct dl_lib pc_lib = { UROCE_PCAP_SONAME, 0 };
 
 struct pcap_tap {
 	pcap_t *pd;
@@ -18,14 +28,16 @@ struct pcap_tap {
 
 struct pcap_tap *pcap_tap_open(const char *path)
 {
+	if (!dl_load(&pc_lib, &pc, pc_names, DL_COUNT(pc_names), "UROCE_PCAP"))
+		return NULL;
 	struct pcap_tap *t = calloc(1, sizeof(*t));
 
 	if (!t)
 		return NULL;
-	t->pd = pcap_open_dead(DLT_EN10MB, 65535);
-	if (!t->pd || !(t->dumper = pcap_dump_open(t->pd, path))) {
+	t->pd = pc.pcap_open_dead(DLT_EN10MB, 65535);
+	if (!t->pd || !(t->dumper = pc.pcap_dump_open(t->pd, path))) {
 		if (t->pd)
-			pcap_close(t->pd);
+			pc.pcap_close(t->pd);
 		free(t);
 		return NULL;
 	}
@@ -35,8 +47,8 @@ struct pcap_tap *pcap_tap_open(const char *path)
 
 void pcap_tap_close(struct pcap_tap *t)
 {
-	pcap_dump_close(t->dumper);
-	pcap_close(t->pd);
+	pc.pcap_dump_close(t->dumper);
+	pc.pcap_close(t->pd);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -93,7 +105,7 @@ void pcap_tap_write(struct pcap_tap *t, const uint8_t sgid[16], const uint8_t dg
 	gettimeofday(&ph.ts, NULL);
 	ph.caplen = ph.len = (bpf_u_int32)(14 + iph + ulen);
 	pthread_mutex_lock(&t->lock);
-	pcap_dump((u_char *)t->dumper, &ph, frame);
-	pcap_dump_flush(t->dumper);
+	pc.pcap_dump((u_char *)t->dumper, &ph, frame);
+	pc.pcap_dump_flush(t->dumper);
 	pthread_mutex_unlock(&t->lock);
 }

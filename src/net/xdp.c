@@ -54,10 +54,26 @@
 #include "../wire/hdr.h"
 #include "../wire/opcode.h"
 #include "../wire/ip.h"
+#include "../util/dl.h"
 
 /* the filter's object file, compiled by clang -target bpf (CMakeLists.txt) */
 extern const unsigned char uroce_xdp_filter_obj[];
 extern const unsigned int uroce_xdp_filter_obj_len;
+
+/* libxdp and libbpf, opened by the first AF_XDP open (util/dl.h), not in
+ * every process liburoce is preloaded into; the xsk_ring_* and
+ * xsk_umem__*_addr helpers are inline in xsk.h */
+#define XDP_SYMS(X) X(xsk_umem__create) X(xsk_umem__delete) X(xsk_socket__create) \
+	X(xsk_socket__delete) X(xsk_socket__fd)
+#define BPF_SYMS(X) X(libbpf_set_print) X(bpf_object__open_mem) X(bpf_object__next_map) \
+	X(bpf_map__name) X(bpf_map__set_initial_value) X(bpf_object__load) \
+	X(bpf_object__find_program_by_name) X(bpf_program__attach_xdp) X(bpf_link__destroy) \
+	X(bpf_object__close) X(bpf_map_update_elem) X(bpf_object__find_map_fd_by_name)
+static struct { XDP_SYMS(DL_SLOT) } xl;
+static struct { BPF_SYMS(DL_SLOT) } bpf;
+static const char *const xl_names[] = { XDP_SYMS(DL_NAME) };
+static const char *const bpf_names[] = { BPF_SYMS(DL_NAME) };
+static struct dl_lib xl_lib = { UROCE_XDP_SONAME, 0 }, bpf_lib = { UROCE_BPF_SONAME, 0 };
 
 #define XDP_QUEUES_MAX 64      /* the filter's map (xdp_filter.bpf.c) */
 #define XDP_FRAME 4096         /* one page: aligned UMEM chunks */
@@ -125,9 +141,9 @@ static void queues_release(struct xdp_priv *p)
 	for (unsigned i = 0; p->q && i < p->nq; i++) {
 		struct xdp_queue *q = &p->q[i];
 		if (q->xsk)
-			xsk_socket__delete(q->xsk);
+			xl.xsk_socket__delete(q->xsk);
 		if (q->umem)
-			xsk_umem__delete(q->umem);
+			xl.xsk_umem__delete(q->umem);
 		if (q->area)
 			munmap(q->area, (size_t)XDP_FRAMES * XDP_FRAME);
 		q->xsk = NULL;
@@ -160,7 +176,7 @@ static void xdp_forked(void)
 		p->q[i].area = NULL;  /* not the child's: left alone */
 	queues_release(p);
 	if (p->link) {
-		bpf_link__destroy(p->link);
+		bpf.bpf_link__destroy(p->link);
 		p->link = NULL;
 	}
 	if (p->claim_fd >= 0) {
@@ -231,31 +247,31 @@ static int attach_filter(struct xdp_priv *p)
 {
 	/* libbpf's messages to uroce's log while it loads ours; the
 	 * application's own printer, if it set one, is put back */
-	libbpf_print_fn_t app_print = libbpf_set_print(libbpf_quiet);
-	p->obj = bpf_object__open_mem(uroce_xdp_filter_obj, uroce_xdp_filter_obj_len, NULL);
+	libbpf_print_fn_t app_print = bpf.libbpf_set_print(libbpf_quiet);
+	p->obj = bpf.bpf_object__open_mem(uroce_xdp_filter_obj, uroce_xdp_filter_obj_len, NULL);
 	if (!p->obj) {
 		int e = -errno;
-		libbpf_set_print(app_print);
+		bpf.libbpf_set_print(app_print);
 		return e;
 	}
 	int rc = -ENOENT;
 	struct bpf_map *m;
 	/* the filter's one constant, the address, before the load */
-	bpf_object__for_each_map(m, p->obj) {
-		const char *nm = bpf_map__name(m);
+	for (m = bpf.bpf_object__next_map(p->obj, NULL); m; m = bpf.bpf_object__next_map(p->obj, m)) {
+		const char *nm = bpf.bpf_map__name(m);
 		size_t l = strlen(nm);
 		if (l >= 7 && !strcmp(nm + l - 7, ".rodata"))
-			rc = bpf_map__set_initial_value(m, &p->addr, sizeof(p->addr));
+			rc = bpf.bpf_map__set_initial_value(m, &p->addr, sizeof(p->addr));
 	}
 	if (rc == 0)
-		rc = bpf_object__load(p->obj);
-	libbpf_set_print(app_print);
+		rc = bpf.bpf_object__load(p->obj);
+	bpf.libbpf_set_print(app_print);
 	if (rc < 0)
 		return rc;
-	struct bpf_program *prog = bpf_object__find_program_by_name(p->obj, "uroce_xdp_filter");
+	struct bpf_program *prog = bpf.bpf_object__find_program_by_name(p->obj, "uroce_xdp_filter");
 	if (!prog)
 		return -ENOENT;
-	p->link = bpf_program__attach_xdp(prog, p->ifindex);
+	p->link = bpf.bpf_program__attach_xdp(prog, p->ifindex);
 	if (!p->link)
 		return -errno;
 	return 0;
@@ -285,15 +301,15 @@ static int queue_open(struct xdp_priv *p, unsigned qi, int map_fd)
 	}
 	/* a forked child gets none of the frames (xdp_forked) */
 	madvise(q->area, size, MADV_DONTFORK);
-	rc = xsk_umem__create(&q->umem, q->area, size, &q->fq, &q->cq, &uc);
+	rc = xl.xsk_umem__create(&q->umem, q->area, size, &q->fq, &q->cq, &uc);
 	if (rc < 0)
 		return rc;
-	rc = xsk_socket__create(&q->xsk, p->ifname, qi, q->umem, &q->rx, &q->tx, &sc);
+	rc = xl.xsk_socket__create(&q->xsk, p->ifname, qi, q->umem, &q->rx, &q->tx, &sc);
 	if (rc < 0)
 		return rc;
-	q->fd = xsk_socket__fd(q->xsk);
+	q->fd = xl.xsk_socket__fd(q->xsk);
 	fcntl(q->fd, F_SETFD, FD_CLOEXEC);  /* libxdp makes it without: exec'd programs get none */
-	if (bpf_map_update_elem(map_fd, &qi, &q->fd, 0) < 0)
+	if (bpf.bpf_map_update_elem(map_fd, &qi, &q->fd, 0) < 0)
 		return -errno;
 	/* the first XDP_RX_FRAMES frames receive, the rest transmit */
 	if (xsk_ring_prod__reserve(&q->fq, XDP_RX_FRAMES, &idx) != XDP_RX_FRAMES)
@@ -315,9 +331,9 @@ static void xdp_close(struct uroce_backend *be)
 	queues_release(p);
 	free(p->q);
 	if (p->link)
-		bpf_link__destroy(p->link);
+		bpf.bpf_link__destroy(p->link);
 	if (p->obj)
-		bpf_object__close(p->obj);
+		bpf.bpf_object__close(p->obj);
 	if (p->claim_fd >= 0)
 		close(p->claim_fd);
 	if (p->probe_fd >= 0)
@@ -333,9 +349,12 @@ static void xdp_close(struct uroce_backend *be)
 static int xdp_open(struct uroce_backend *be)
 {
 	struct uroce_config *cfg = be->net->cfg;
-	struct xdp_priv *p = calloc(1, sizeof(*p));
 	int rc;
 
+	if (!dl_load(&xl_lib, &xl, xl_names, DL_COUNT(xl_names), "UROCE_XDP") ||
+	    !dl_load(&bpf_lib, &bpf, bpf_names, DL_COUNT(bpf_names), "UROCE_XDP"))
+		return -ELIBACC;
+	struct xdp_priv *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->cfg = cfg;
@@ -385,7 +404,7 @@ static int xdp_open(struct uroce_backend *be)
 				     : rc == -EPERM ? "it needs CAP_NET_ADMIN and CAP_BPF" : strerror(-rc));
 		goto fail;
 	}
-	int map_fd = bpf_object__find_map_fd_by_name(p->obj, "uroce_xsks");
+	int map_fd = bpf.bpf_object__find_map_fd_by_name(p->obj, "uroce_xsks");
 	p->nq = rx_queues(p->ifname);
 	if (p->nq > XDP_QUEUES_MAX)
 		p->nq = XDP_QUEUES_MAX;

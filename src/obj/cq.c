@@ -179,7 +179,7 @@ struct ibv_cq_ex *uroce_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init
 	}
 	cq->size = size;
 	cq->dev = dev;
-	if (custom) {
+	if (custom && pdom) { /* custom implies pdom; said for GCC 12 -O3 (stringop-overflow) */
 		cq->pdom = pdom;
 		atomic_fetch_add(&pdom->refcnt, 1);
 	}
