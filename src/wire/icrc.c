@@ -103,17 +103,16 @@ uint32_t icrc_packet(const struct icrc_iphdr *h, const struct iovec *v, int n)
 		b[hl + 4] = 0xFF; /* BTH byte 4, as in icrc_bth */
 		return crc32_clean(ICRC_PREFIX_SEED, b, total);
 	}
-	/* the headers (v[0], at most TX_HDR_MAX) behind the IP/UDP ones, one
-	 * call; then the payload and the pad, a call each that has bytes */
-	size_t at = hl;
-	if (hl + v[0].iov_len <= sizeof(b)) {
-		memcpy(b + at, v[0].iov_base, v[0].iov_len);
-		b[hl + 4] = 0xFF; /* BTH byte 4, as in icrc_bth */
-		at += v[0].iov_len;
-	}
-	uint32_t crc = crc32_clean(ICRC_PREFIX_SEED, b, at);
-	if (at == hl)
-		crc = icrc_bth(crc, v[0].iov_base, v[0].iov_len);
+	/* behind the IP/UDP headers, one call: the headers (a sent packet's
+	 * v[0], at most TX_HDR_MAX), or the BTH of a part too long to gather
+	 * (a received packet is one part); then the rest of that part, the
+	 * payload and the pad, a call each that has bytes */
+	size_t take = hl + v[0].iov_len <= sizeof(b) ? v[0].iov_len : 12;
+	memcpy(b + hl, v[0].iov_base, take);
+	b[hl + 4] = 0xFF; /* BTH byte 4, as in icrc_bth */
+	uint32_t crc = crc32_clean(ICRC_PREFIX_SEED, b, hl + take);
+	if (take < v[0].iov_len)
+		crc = crc32_clean(crc, (const uint8_t *)v[0].iov_base + take, v[0].iov_len - take);
 	for (int i = 1; i < n; i++)
 		if (v[i].iov_len)
 			crc = crc32_clean(crc, v[i].iov_base, v[i].iov_len);
