@@ -33,6 +33,8 @@ struct uroce_engine {
 	_Atomic uint64_t app_spin_from_ns; /* the start of that run (exec_spin_held) */
 	_Atomic uint64_t app_rx_ns;     /* an application's poll last ran the receive path */
 	_Atomic uint64_t app_post_ns;   /* an application's post, every POST_STAMP_EVERY-th (dev_post_stamp) */
+	_Atomic uintptr_t rx_poller;    /* the thread whose poll last ran poll_receive (its mark) */
+	_Atomic uint64_t rx_pollers_ns; /* another thread's poll last followed it: several poll */
 	_Alignas(64) _Atomic uint64_t handback_ns; /* last hand-back (exec_poll_found, exec_poll_block) */
 	atomic_bool stop;
 	atomic_bool sleeping;

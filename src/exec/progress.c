@@ -213,6 +213,19 @@ static bool spin_holds(const struct uroce_dev *dev, uint64_t now)
  * that very core for its READ's answer, which the holder was to make,
  * until the scheduler ended its slice (poll-threads p99s of 2-5 ms). */
 #define RX_LOOK_NS 1000000ull
+/* Where the look at the sockets is a system call that costs what an empty
+ * receive call does (one UDP socket: net_rx_ready's skip_call), a poll
+ * receives at once instead, one call where a packet took two: ib_send_lat
+ * 2 B between two namespaces by UDP, 6.6-6.8 -> 5.8-6.1 us one way.  It
+ * then holds rx_lock through each empty receive call, which issue #14's
+ * threads must not: a poller preempted holding it kept the others from
+ * receiving for its slice (onesided_lat poll-threads by UDP, p99s of
+ * 1.6-3 ms when a thread only looked first after finding the lock taken).
+ * So only a poller alone does: no other thread's poll has come between
+ * two of its own for RX_POLLERS_NS.  (The engine stays off the sockets
+ * while a poller spins, and a lone poller preempted with the lock keeps
+ * its packets from nobody who would receive them.) */
+#define RX_POLLERS_NS 100000000ull
 
 /* Does the engine leave the sockets to the pollers now: an application
  * spins (within the grace after its spin's last poll), or the defer mode
@@ -234,14 +247,23 @@ static bool pollers_receive(struct uroce_dev *dev, uint64_t now)
 static void poll_receive(struct uroce_dev *dev, uint64_t now)
 {
 	static _Thread_local uint64_t looked;
+	static _Thread_local char mark;  /* its address names this thread */
 
 	if (!pollers_receive(dev, now))
 		return;
 
 	atomic_store_explicit(&dev->eng.app_rx_ns, now, memory_order_relaxed);
+	/* several pollers? (a store only when another thread polled last) */
+	uintptr_t last = atomic_load_explicit(&dev->eng.rx_poller, memory_order_relaxed);
+	if (last != (uintptr_t)&mark) {
+		atomic_store_explicit(&dev->eng.rx_poller, (uintptr_t)&mark, memory_order_relaxed);
+		if (last)
+			atomic_store_explicit(&dev->eng.rx_pollers_ns, now, memory_order_relaxed);
+	}
+	bool alone = now - atomic_load_explicit(&dev->eng.rx_pollers_ns, memory_order_relaxed) >= RX_POLLERS_NS;
 	/* the cheap tests first: the look may be a system call */
 	if (atomic_load(&dev->ack_flush_next) > now && atomic_load(&dev->timer_next) > now && now - looked < RX_LOOK_NS &&
-	    !net_rx_ready(dev->net))
+	    !net_rx_ready(dev->net, alone))
 		return;
 	if (pthread_mutex_trylock(&dev->rx_lock))
 		return;

@@ -355,7 +355,7 @@ static int recv_backends(struct uroce_net *net, struct uroce_rxpkt *pkts, int ma
 	return got + r;
 }
 
-bool net_rx_ready(struct uroce_net *net)
+bool net_rx_ready(struct uroce_net *net, bool skip_call)
 {
 	/* this thread's count: the pollers are many, and no locked
 	 * instruction belongs in a poll loop */
@@ -368,7 +368,8 @@ bool net_rx_ready(struct uroce_net *net)
 		return true;
 	if (busy && ++ring_looks % SOCKET_EVERY)
 		return false;
-	if (net->wire.ops->rx_ready && !net->wire.ops->rx_ready(&net->wire, &busy))
+	bool skip = skip_call && net->wire.ops->rx_look_is_recv && net->wire.ops->rx_look_is_recv(&net->wire);
+	if (!skip && net->wire.ops->rx_ready && !net->wire.ops->rx_ready(&net->wire, &busy))
 		return false;
 	/* the receive call this leads to reads the sockets, not only the
 	 * rings (recv_backends: its own count would skip them 63 times in 64) */

@@ -144,6 +144,10 @@ struct uroce_net_ops {
 	 * from any thread, consuming nothing (a hint: a packet may come the
 	 * next moment).  Sets *busy as recv does.  NULL: always may. */
 	bool (*rx_ready)(struct uroce_backend *be, bool *busy);
+	/* Optional: is rx_ready a system call that costs what an empty recv
+	 * does (one socket to read, none on the side)?  Then a caller that
+	 * would receive right after a look may receive instead of looking. */
+	bool (*rx_look_is_recv)(struct uroce_backend *be);
 	/* Optional: the packets of the last receive call have been processed
 	 * (with net_create_backend all of them are this backend's; UDP and
 	 * the rings reuse their buffers on the next call and need none). */
@@ -214,8 +218,10 @@ struct uroce_net {
 /* Might net_recv find a packet now?  Without rx_lock, from any thread
  * (exec/progress.c: a polling application takes rx_lock only when it
  * might, issue #14).  The sockets are looked at every SOCKET_EVERY-th
- * call while a ring is busy, as net_recv reads them. */
-bool net_rx_ready(struct uroce_net *net);
+ * call while a ring is busy, as net_recv reads them.  With `skip_call`,
+ * a look at the sockets that would cost a system call as dear as the
+ * receive itself (rx_look_is_recv) is not made: the answer is "may". */
+bool net_rx_ready(struct uroce_net *net, bool skip_call);
 
 /* UDP and the same-host rings (when cfg->shm). */
 struct uroce_net *net_create(struct uroce_config *cfg, struct uroce_stats_page *stats);

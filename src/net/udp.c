@@ -874,6 +874,18 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	return n != 0;
 }
 
+/* One address and no multicast group: udp_recv reads one socket a call,
+ * as the ppoll of udp_rx_ready looks at one.  A shared address's forward
+ * socket is read every SIDE_EVERY_NS then, as it is while the engine is
+ * busy receiving (a look that found it readable made it due sooner): it
+ * carries packets only while a group's steering changes (share.c). */
+static bool udp_rx_look_is_recv(struct uroce_backend *be)
+{
+	struct udp_priv *p = be->priv;
+
+	return p->cfg->ngids == 1 && !atomic_load_explicit(&p->nmc, memory_order_relaxed);
+}
+
 static int udp_add_fds(struct uroce_backend *be, int epfd)
 {
 	struct udp_priv *p = be->priv;
@@ -1034,6 +1046,7 @@ const struct uroce_net_ops uroce_udp_ops = {
 	.doorbell = udp_doorbell,
 	.recv = udp_recv,
 	.rx_ready = udp_rx_ready,
+	.rx_look_is_recv = udp_rx_look_is_recv,
 	.add_fds = udp_add_fds,
 	.rx_ip_meta = udp_rx_ip_meta,
 	.mcast_join = udp_mcast_join,

@@ -8,7 +8,8 @@
 #   progress.sh LAUNCHER ONESIDED_LAT [--path rings|udp] [--target BEHAVIOUR]...
 #               [--op read|write|fadd]... [--iters N] [--expect-timeout]
 #               [--engine-share PCT] [--engine-share-max PCT] [--target-arg ARG]...
-#               [--pin] [--engine-moves-min N] [--engine-moves-max N] [-- CLIENT ARGS...]
+#               [--pin] [--engine-moves-min N] [--engine-moves-max N]
+#               [--looks-min PCT] [--looks-max PCT] [-- CLIENT ARGS...]
 #
 # One run per (target, op), each a target and a client under `LAUNCHER run --`
 # on loopback (127.0.0.1, no namespace, no root).  --path udp sets
@@ -36,6 +37,10 @@
 # (the counter engine_moves) at least, at most N times.  With a minimum,
 # skipped (77) with more than 16 CPUs online (exec/cpu_busy.h CPU_BUSY_MAX:
 # not looked at).
+# --looks-min PCT, --looks-max PCT: the target's sys_poll (its pollers'
+# ppoll looks at the sockets, and its engine's sleeps) at least, at most
+# PCT % of its rx_packets: a poller alone receives without looking first,
+# several look first (docs/architecture.md "Execution model", issue #14).
 set -u
 
 usage() {
@@ -47,7 +52,7 @@ usage() {
 launcher=$1 bin=$2
 shift 2
 path=rings iters=10000 expect_timeout=0 engine_share="" engine_share_max="" targs=()
-pin=0 moves_min="" moves_max=""
+pin=0 moves_min="" moves_max="" looks_min="" looks_max=""
 targets=() ops=() extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -62,6 +67,8 @@ while [ $# -gt 0 ]; do
 	--pin) pin=1; shift ;;
 	--engine-moves-min) moves_min=$2; shift 2 ;;
 	--engine-moves-max) moves_max=$2; shift 2 ;;
+	--looks-min) looks_min=$2; shift 2 ;;
+	--looks-max) looks_max=$2; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
 	*) usage ;;
 	esac
@@ -197,6 +204,19 @@ run_one() {
 			return 1
 		fi
 		echo "progress: the engine received $eng of $rx packets"
+	fi
+	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$looks_min$looks_max" ]; then
+		local rx looks
+		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
+		looks=$(awk '$2 == "sys_poll" { m = $3 } END { print m + 0 }' "$tmp/target.log")
+		if [ -z "$rx" ] ||
+		   { [ -n "$looks_min" ] && [ $((looks * 100)) -lt $((looks_min * rx)) ]; } ||
+		   { [ -n "$looks_max" ] && [ $((looks * 100)) -gt $((looks_max * rx)) ]; }; then
+			echo "progress: FAIL $op target=$target path=$path: $looks looks (sys_poll) for ${rx:-?} packets" \
+			     "(wanted at least ${looks_min:-0} %, at most ${looks_max:-any} %)"
+			return 1
+		fi
+		echo "progress: $looks looks (sys_poll) for $rx packets"
 	fi
 	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$moves_min$moves_max" ]; then
 		# the counters are printed at exit (UROCE_STATS), those at 0 not:
