@@ -133,6 +133,24 @@ widen_engine() {
 
 # one target and one client; prints a line, returns 0 when the run is as
 # expected, 77 when it cannot be made here
+# share_check COUNTER MIN_PCT MAX_PCT WHAT: the target's COUNTER is at least
+# MIN_PCT, at most MAX_PCT % of its rx_packets (either may be empty: no
+# bound; both: nothing checked).  The counters are printed at its exit
+# (UROCE_STATS), those at 0 not.
+share_check() {
+	local name=$1 min=$2 max=$3 what=$4 rx n
+	[ -n "$min$max" ] || return 0
+	rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
+	n=$(awk -v c="$name" '$2 == c { m = $3 } END { print m + 0 }' "$tmp/target.log")
+	if [ -z "$rx" ] || { [ -n "$min" ] && [ $((n * 100)) -lt $((min * rx)) ]; } ||
+	   { [ -n "$max" ] && [ $((n * 100)) -gt $((max * rx)) ]; }; then
+		echo "progress: FAIL $op target=$target path=$path: $n $what of ${rx:-?} packets" \
+		     "(wanted at least ${min:-0} %, at most ${max:-any} %)"
+		return 1
+	fi
+	echo "progress: $n $what of $rx packets"
+}
+
 run_one() {
 	local target=$1 op=$2 t0=$SECONDS port crc src=0
 	rm -f "$tmp/port"
@@ -191,32 +209,9 @@ run_one() {
 		src=$?
 		server=""
 	fi
-	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$engine_share$engine_share_max" ]; then
-		local rx eng
-		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
-		eng=$(awk '$2 == "rx_by_engine" { print $3 }' "$tmp/target.log")
-		eng=${eng:-0}  # a counter at 0 is not printed
-		if [ -z "$rx" ] ||
-		   { [ -n "$engine_share" ] && [ $((eng * 100)) -lt $((engine_share * rx)) ]; } ||
-		   { [ -n "$engine_share_max" ] && [ $((eng * 100)) -gt $((engine_share_max * rx)) ]; }; then
-			echo "progress: FAIL $op target=$target path=$path: the engine received $eng of ${rx:-?} packets" \
-			     "(wanted at least ${engine_share:-0} %, at most ${engine_share_max:-100} %)"
-			return 1
-		fi
-		echo "progress: the engine received $eng of $rx packets"
-	fi
-	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$looks_min$looks_max" ]; then
-		local rx looks
-		rx=$(awk '$2 == "rx_packets" { print $3 }' "$tmp/target.log")
-		looks=$(awk '$2 == "sys_poll" { m = $3 } END { print m + 0 }' "$tmp/target.log")
-		if [ -z "$rx" ] ||
-		   { [ -n "$looks_min" ] && [ $((looks * 100)) -lt $((looks_min * rx)) ]; } ||
-		   { [ -n "$looks_max" ] && [ $((looks * 100)) -gt $((looks_max * rx)) ]; }; then
-			echo "progress: FAIL $op target=$target path=$path: $looks looks (sys_poll) for ${rx:-?} packets" \
-			     "(wanted at least ${looks_min:-0} %, at most ${looks_max:-any} %)"
-			return 1
-		fi
-		echo "progress: $looks looks (sys_poll) for $rx packets"
+	if [ $crc = 0 ] && [ "$src" = 0 ]; then
+		share_check rx_by_engine "$engine_share" "$engine_share_max" "packets received by the engine" || return 1
+		share_check sys_poll "$looks_min" "$looks_max" "looks (sys_poll)" || return 1
 	fi
 	if [ $crc = 0 ] && [ "$src" = 0 ] && [ -n "$moves_min$moves_max" ]; then
 		# the counters are printed at exit (UROCE_STATS), those at 0 not:
