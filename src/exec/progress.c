@@ -224,7 +224,8 @@ static bool spin_holds(const struct uroce_dev *dev, uint64_t now)
  * So only a poller alone does: no other thread's poll has come between
  * two of its own for RX_POLLERS_NS.  (The engine stays off the sockets
  * while a poller spins, and a lone poller preempted with the lock keeps
- * its packets from nobody who would receive them.) */
+ * its packets from nobody who would receive them -- but in the defer mode,
+ * where the engine receives beside the pollers: there they look first.) */
 #define RX_POLLERS_NS 100000000ull
 
 /* Does the engine leave the sockets to the pollers now: an application
@@ -260,7 +261,10 @@ static void poll_receive(struct uroce_dev *dev, uint64_t now)
 		if (last)
 			atomic_store_explicit(&dev->eng.rx_pollers_ns, now, memory_order_relaxed);
 	}
-	bool alone = now - atomic_load_explicit(&dev->eng.rx_pollers_ns, memory_order_relaxed) >= RX_POLLERS_NS;
+	/* signed: another poller may have stamped a later clock reading;
+	 * in the defer mode the engine receives beside the pollers */
+	bool alone = (int64_t)(now - atomic_load_explicit(&dev->eng.rx_pollers_ns, memory_order_relaxed)) >=
+		     (int64_t)RX_POLLERS_NS && !dev->cfg.handoff_defer;
 	/* the cheap tests first: the look may be a system call */
 	if (atomic_load(&dev->ack_flush_next) > now && atomic_load(&dev->timer_next) > now && now - looked < RX_LOOK_NS &&
 	    !net_rx_ready(dev->net, alone))

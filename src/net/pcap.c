@@ -18,7 +18,7 @@
 	X(pcap_dump_flush) X(pcap_dump_close)
 static struct { PCAP_SYMS(DL_SLOT) } pc;
 static const char *const pc_names[] = { PCAP_SYMS(DL_NAME) };
-static struct dl_lib pc_lib = { UROCE_PCAP_SONAME, 0 };
+static struct dl_lib pc_lib = { UROCE_PCAP_SONAME, UROCE_PCAP_PATH, 0 };
 
 struct pcap_tap {
 	pcap_t *pd;

@@ -84,6 +84,8 @@ struct share {
 	pid_t opener;                        /* a forked child's close leaves the registry alone */
 	atomic_bool steer_due;               /* an index changed while the lock was busy */
 	atomic_bool told_attach, told_foreign;
+	/* share_alone's answers, each with the (round, steer_seq) it holds for */
+	_Atomic uint64_t alone_key, shared_key;
 };
 
 /* A probe: "uroce-px", the index it goes to, the round, the nonce. */
@@ -320,6 +322,7 @@ int share_open(const uint8_t gid[16], unsigned slot, struct share **out)
 		return -ENOMEM;
 	}
 	sh->fd = fd;
+	sh->alone_key = sh->shared_key = UINT64_MAX;  /* no answer yet */
 	sh->map = m;
 	sh->slot = slot;
 	/* a process of our user could truncate it under us (share.h) */
@@ -510,6 +513,20 @@ int share_join(struct share *sh, int rx_fd, int fwd_fd)
 	steer(sh, true);
 	probe_round(sh, true);
 	return 0;
+}
+
+bool share_alone(struct share *sh)
+{
+	uint64_t key = (uint64_t)atomic_load_explicit(&sh->map->hdr.gen, memory_order_acquire) << 32 |
+		       atomic_load_explicit(&sh->map->hdr.steer_seq, memory_order_acquire);
+	if (atomic_load_explicit(&sh->alone_key, memory_order_relaxed) == key)
+		return true;
+	if (atomic_load_explicit(&sh->shared_key, memory_order_relaxed) == key)
+		return false;
+	uint8_t held[SHARE_SLOTS];
+	bool alone = live_slots(sh, held) <= 1;
+	atomic_store_explicit(alone ? &sh->alone_key : &sh->shared_key, key, memory_order_relaxed);
+	return alone;
 }
 
 bool share_test_others(struct share *sh)

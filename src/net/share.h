@@ -100,6 +100,15 @@ static inline unsigned share_slot_of_comm_id(uint32_t id)
 	return id >> SHARE_COMM_ID_SHIFT;
 }
 
+/* No other live member of the address, as the registry stood at the last
+ * probe round and index recorded: nothing is forwarded to this member.  A
+ * join begins a round, so a new member counts from then; one that left
+ * counts until the next round or index (the safe side: net/udp.c then
+ * looks at the forward socket before each receive).  One load of two words
+ * unless they changed since the last answer, then a scan of the slots'
+ * locks.  Any thread. */
+bool share_alone(struct share *sh);
+
 /* Tests: whether other live processes hold slots of this registry now;
  * whether more than one holds slots of gid's (from a fresh open of it). */
 bool share_test_others(struct share *sh);

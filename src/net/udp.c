@@ -874,16 +874,21 @@ static bool udp_rx_ready(struct uroce_backend *be, bool *busy)
 	return n != 0;
 }
 
-/* One address and no multicast group: udp_recv reads one socket a call,
- * as the ppoll of udp_rx_ready looks at one.  A shared address's forward
- * socket is read every SIDE_EVERY_NS then, as it is while the engine is
- * busy receiving (a look that found it readable made it due sooner): it
- * carries packets only while a group's steering changes (share.c). */
+/* One address, no multicast group, and no other member of the address to
+ * forward packets to this one (share_alone): udp_recv reads one socket a
+ * call, as the ppoll of udp_rx_ready looks at one.  With another member,
+ * the forward socket carries this one's connection manager's packets,
+ * which the group's steering leaves to a hash (QP1); read only every
+ * SIDE_EVERY_NS without a look, they would wait up to that long.  (A member
+ * joining is seen at its first probe round; until then its forwards wait
+ * so, as while the engine is busy receiving.) */
 static bool udp_rx_look_is_recv(struct uroce_backend *be)
 {
 	struct udp_priv *p = be->priv;
+	struct share *sh = be->net->share[0];
 
-	return p->cfg->ngids == 1 && !atomic_load_explicit(&p->nmc, memory_order_relaxed);
+	return p->cfg->ngids == 1 && !atomic_load_explicit(&p->nmc, memory_order_relaxed) &&
+	       (!sh || share_alone(sh));
 }
 
 static int udp_add_fds(struct uroce_backend *be, int epfd)

@@ -73,7 +73,8 @@ static struct { XDP_SYMS(DL_SLOT) } xl;
 static struct { BPF_SYMS(DL_SLOT) } bpf;
 static const char *const xl_names[] = { XDP_SYMS(DL_NAME) };
 static const char *const bpf_names[] = { BPF_SYMS(DL_NAME) };
-static struct dl_lib xl_lib = { UROCE_XDP_SONAME, 0 }, bpf_lib = { UROCE_BPF_SONAME, 0 };
+static struct dl_lib xl_lib = { UROCE_XDP_SONAME, UROCE_XDP_PATH, 0 },
+	bpf_lib = { UROCE_BPF_SONAME, UROCE_BPF_PATH, 0 };
 
 #define XDP_QUEUES_MAX 64      /* the filter's map (xdp_filter.bpf.c) */
 #define XDP_FRAME 4096         /* one page: aligned UMEM chunks */

@@ -16,6 +16,8 @@ bool dl_load(struct dl_lib *lib, void *slots, const char *const *names, unsigned
 		/* RTLD_LOCAL: its symbols stay out of the application's
 		 * namespace; an application that loaded it itself shares the copy */
 		void *h = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
+		if (!h && lib->path)
+			h = dlopen(lib->path, RTLD_NOW | RTLD_LOCAL);  /* a library outside ld.so's paths */
 		void **fn = slots;  /* the slots are function pointers, as dlsym's */
 		st = 1;
 		if (!h) {
@@ -27,8 +29,12 @@ bool dl_load(struct dl_lib *lib, void *slots, const char *const *names, unsigned
 				LOG_ERR("uroce: %s: %s has no %s", who, lib->soname, names[i]);
 				st = -1;
 			}
-		if (st < 0 && h)
-			dlclose(h);
+		if (st < 0) {
+			for (unsigned i = 0; i < n; i++)
+				fn[i] = NULL;  /* none left pointing into a closed library */
+			if (h)
+				dlclose(h);
+		}
 		__atomic_store_n(&lib->state, st, __ATOMIC_RELEASE);
 	}
 	st = lib->state;

@@ -21,12 +21,14 @@
 
 struct dl_lib {
 	const char *soname;
+	const char *path;       /* where the build found it: tried if the soname is not found */
 	int state;              /* 0 not tried, 1 loaded, -1 failed */
 };
 
-/* Opens lib->soname, once, and fills the table `slots` with the functions
- * `names` names, in order.  On failure it says why once, as `who` (the
- * setting that asked for the library), and every later call fails too. */
+/* Opens lib->soname (else lib->path), once, and fills the table `slots`
+ * with the functions `names` names, in order.  On failure it says why
+ * once, as `who` (the setting that asked for the library), leaves every
+ * slot NULL, and every later call fails too. */
 bool dl_load(struct dl_lib *lib, void *slots, const char *const *names, unsigned n, const char *who);
 
 #endif
