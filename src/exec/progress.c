@@ -216,7 +216,8 @@ static bool spin_holds(const struct uroce_dev *dev, uint64_t now)
 /* Where the look at the sockets is a system call that costs what an empty
  * receive call does (one UDP socket: net_rx_ready's skip_call), a poll
  * receives at once instead, one call where a packet took two: ib_send_lat
- * 2 B between two namespaces by UDP, 6.6-6.8 -> 5.8-6.1 us one way.  It
+ * 2 B between two namespaces by UDP, 6.75-8.45 -> 5.97-7.47 us one way in
+ * three alternated runs (docs/architecture.md, Execution model).  It
  * then holds rx_lock through each empty receive call, which issue #14's
  * threads must not: a poller preempted holding it kept the others from
  * receiving for its slice (onesided_lat poll-threads by UDP, p99s of

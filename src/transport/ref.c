@@ -84,12 +84,16 @@ bool ref_pull(struct uroce_dev *dev, const struct ref_src *src, const struct uro
 	bool ok = pull_copy(src->pid, local, k, src->seg, src->nseg, src->len, dev->cfg.pull_split_min, dev->eng.rt,
 			    &cost);
 	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_vm_readv, cost.readv_calls);
-	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_eventfd, cost.eventfd_calls);
-	UROCE_COUNT_SYSCALL(dev->stats, UC_sys_sched, cost.sched_calls);
-	/* the helper's calls are no engine's (UROCE_COUNT_SYSCALL tells by the calling thread) */
-	dev_count(dev, UC_sys_vm_readv, cost.helper_readv);
-	dev_count(dev, UC_sys_eventfd, cost.helper_reads);
-	dev_count(dev, UC_ref_pull_helper_bytes, cost.helper_bytes);
+	/* the rest is a shared pull's (below UROCE_PULL_SPLIT_MIN, all 0: no
+	 * locked adds of nothing on every reference) */
+	if (cost.eventfd_calls | cost.sched_calls | cost.helper_readv | cost.helper_reads) {
+		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_eventfd, cost.eventfd_calls);
+		UROCE_COUNT_SYSCALL(dev->stats, UC_sys_sched, cost.sched_calls);
+		/* the helper's calls are no engine's (UROCE_COUNT_SYSCALL tells by the calling thread) */
+		dev_count(dev, UC_sys_vm_readv, cost.helper_readv);
+		dev_count(dev, UC_sys_eventfd, cost.helper_reads);
+		dev_count(dev, UC_ref_pull_helper_bytes, cost.helper_bytes);
+	}
 	if (!ok)
 		return false;
 	__atomic_store_n(last, byte, __ATOMIC_RELEASE);

@@ -8,7 +8,7 @@ static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
 
 bool dl_load(struct dl_lib *lib, void *slots, const char *const *names, unsigned n, const char *who)
 {
-	int st = __atomic_load_n(&lib->state, __ATOMIC_ACQUIRE);
+	int st = atomic_load_explicit(&lib->state, memory_order_acquire);
 	if (st)
 		return st > 0;
 	pthread_mutex_lock(&dl_lock);
@@ -35,7 +35,7 @@ bool dl_load(struct dl_lib *lib, void *slots, const char *const *names, unsigned
 			if (h)
 				dlclose(h);
 		}
-		__atomic_store_n(&lib->state, st, __ATOMIC_RELEASE);
+		atomic_store_explicit(&lib->state, st, memory_order_release);
 	}
 	st = lib->state;
 	pthread_mutex_unlock(&dl_lock);

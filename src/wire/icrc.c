@@ -1,6 +1,7 @@
 /* ICRC over the RoCEv2 packet (shared/docs/roce-wire.md §4), computed with
  * ISA-L's PCLMUL CRC-32 (crc32_gzip_refl: zlib's CRC-32, finalised form). */
 #include "icrc.h"
+#include "opcode.h"
 #include <string.h>
 #include <immintrin.h>
 #include <isa-l/crc.h>
@@ -72,12 +73,12 @@ uint32_t icrc_begin(const struct icrc_iphdr *h)
 
 uint32_t icrc_bth(uint32_t crc, const uint8_t *bth, size_t len)
 {
-	uint8_t m[12];
+	uint8_t m[BTH_LEN];
 
-	memcpy(m, bth, 12);
+	memcpy(m, bth, BTH_LEN);
 	m[4] = 0xFF; /* FECN, BECN and reserved bits are variant (§4.2) */
-	crc = crc32_clean(crc, m, 12);
-	return crc32_clean(crc, bth + 12, len - 12);
+	crc = crc32_clean(crc, m, BTH_LEN);
+	return crc32_clean(crc, bth + BTH_LEN, len - BTH_LEN);
 }
 
 /* A packet this short is gathered behind its IP/UDP headers and takes one
@@ -107,7 +108,7 @@ uint32_t icrc_packet(const struct icrc_iphdr *h, const struct iovec *v, int n)
 	 * v[0], at most TX_HDR_MAX), or the BTH of a part too long to gather
 	 * (a received packet is one part); then the rest of that part, the
 	 * payload and the pad, a call each that has bytes */
-	size_t take = hl + v[0].iov_len <= sizeof(b) ? v[0].iov_len : 12;
+	size_t take = hl + v[0].iov_len <= sizeof(b) ? v[0].iov_len : BTH_LEN;
 	memcpy(b + hl, v[0].iov_base, take);
 	b[hl + 4] = 0xFF; /* BTH byte 4, as in icrc_bth */
 	uint32_t crc = crc32_clean(ICRC_PREFIX_SEED, b, hl + take);
