@@ -191,10 +191,13 @@ static void engine_place(struct uroce_dev *dev, struct engine_placement *p, uint
 
 /* Sleep in epoll on `epfd` until an event, the earliest deadline (unless
  * a poller has taken them over), or `cap` ns from now (0: no cap).  Returns
- * epoll's count; drains the kick. */
+ * epoll's count (but the rendezvous listeners'), of which *rung (when not
+ * NULL) were rings' bells; drains the kick. */
 static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines,
-			       const _Atomic uint64_t *watch, uint64_t seen)
+			       const _Atomic uint64_t *watch, uint64_t seen, int *rung)
 {
+	if (rung)
+		*rung = 0;
 	struct epoll_event evs[8];
 	struct timespec ts, *tsp = NULL;
 
@@ -229,7 +232,7 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 	int n = epoll_pwait2(epfd, evs, 8, tsp, NULL);
 	atomic_store(&dev->eng.sleeping, false);
 	atomic_store(&dev->eng.wake_ns, UINT64_MAX);
-	int serve = 0;
+	int serve = 0, bells = 0;
 	for (int i = 0; i < n; i++)
 		if (evs[i].data.u32 == 0) {
 			uint64_t v;
@@ -238,19 +241,22 @@ static int engine_sleep_unless(struct uroce_dev *dev, int epfd, uint64_t cap, bo
 				LOG_DBG("uroce: kick read failed");
 		} else if (evs[i].data.u32 == NET_EV_SERVE) {
 			serve++;  /* one per listener that is readable */
+		} else if (evs[i].data.u32 == NET_EV_BELL) {
+			bells++;  /* a ring has records: no socket to read */
 		}
 	/* a same-host producer asks for a region (net/shm.c, "Rendezvous"):
 	 * answered at once, whatever this sleep was for; not a packet.  A
 	 * stalled serve fd is retried after every sleep (SERVE_STALLED_NS). */
 	if (serve || stalled)
 		net_serve(dev->net);
-	n -= serve;
-	return n;
+	if (rung)
+		*rung = bells;
+	return n - serve;
 }
 
 static int engine_sleep(struct uroce_dev *dev, int epfd, uint64_t cap, bool deadlines)
 {
-	return engine_sleep_unless(dev, epfd, cap, deadlines, NULL, 0);
+	return engine_sleep_unless(dev, epfd, cap, deadlines, NULL, 0, NULL);
 }
 
 /* Sleep in epoll on the sockets (and the kick) until a packet, a kick or the
@@ -271,9 +277,15 @@ static int sleep_on_sockets(struct uroce_dev *dev, bool count_sleep, struct engi
 		dev_count(dev, UC_engine_sleeps, 1);
 	if (place)
 		engine_place(dev, place, now_ns());
-	int n = engine_sleep(dev, dev->eng.epfd, 0, true);
+	int bells;
+	int n = engine_sleep_unless(dev, dev->eng.epfd, 0, true, NULL, 0, &bells);
 	net_rx_sleeping(dev->net, false);
-	if (n > 0)
+	/* read after the flag is down, so that no producer rings again for
+	 * what this wake-up is about to receive anyway */
+	if (bells)
+		net_bells(dev->net);
+	/* a bell says a ring has records; anything else, a socket */
+	if (n > bells)
 		atomic_store_explicit(&dev->net->rx_sockets_due, true, memory_order_relaxed);
 	return n;
 }
@@ -357,7 +369,7 @@ static void *engine_main(void *arg)
 			 * hands back until then, even if the hold shrinks
 			 * meanwhile (progress.c, spin_holds) */
 			atomic_store(&dev->eng.off_until_ns, held);
-			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen);
+			engine_sleep_unless(dev, dev->eng.epfd_timers, cap, !due, &dev->eng.handback_ns, seen, NULL);
 			atomic_store(&dev->eng.off_until_ns, 0);
 			continue;
 		}

@@ -4,8 +4,8 @@
  * backend alone -- and chooses per flow: the ring of its peer when there
  * is one, else UDP, for the flow's life.  Receiving takes the rings first
  * and the sockets every SOCKET_EVERY-th call while a ring is busy.  A
- * doorbell is the rings' but travels by UDP: when a ring send says the
- * receiver sleeps, the flow's UDP side rings it.  Counters, fault injection
+ * doorbell is the rings', by the receiver's bell (ring.c), or by UDP where
+ * it has none: the flow's UDP side then rings it.  Counters, fault injection
  * for deterministic tests (UROCE_FAULT_DROP_TX/RX) and the pcap tap apply
  * to both paths alike. */
 #include "net.h"
@@ -221,15 +221,17 @@ static bool fault_hit(struct uroce_net *net, atomic_uint *seq, unsigned every, d
 	return (double)(y % 1000000) < pct * 10000.0;
 }
 
-/* The peer's engine sleeps on its sockets: a doorbell wakes it.  One that
- * cannot leave is counted; the peer's own timer or the next doorbell wakes
- * it. */
+/* The peer's engine sleeps on its sockets and handed over no bell (ring.c):
+ * a doorbell datagram wakes it.  One that cannot leave is counted; the
+ * peer's own timer or the next doorbell wakes it. */
 static void ring_doorbell(struct uroce_net *net, struct uroce_flow *flow, const uint8_t dgid[16])
 {
 	const struct uroce_net_ops *w = net->wire.ops;
 
-	if (w->doorbell && w->doorbell(flow->wire, dgid, flow->peer_slot) == 0)
+	if (w->doorbell && w->doorbell(flow->wire, dgid, flow->peer_slot) == 0) {
 		UROCE_COUNT(net->stats, UC_shm_doorbells_tx, 1);
+		UROCE_COUNT(net->stats, UC_shm_doorbells_udp, 1);
+	}
 	else
 		UROCE_COUNT(net->stats, UC_tx_errors, 1);
 }
@@ -423,6 +425,15 @@ int net_add_fds(struct uroce_net *net, int epfd)
 	if (rc == 0 && net->wire.ops->add_fds)
 		rc = net->wire.ops->add_fds(&net->wire, epfd);
 	return rc;
+}
+
+void net_bells(struct uroce_net *net)
+{
+	if (net->ring.ops && net->ring.ops->bells) {
+		unsigned n = net->ring.ops->bells(&net->ring);
+		if (n)
+			UROCE_COUNT(net->stats, UC_shm_doorbells_rx, n);
+	}
 }
 
 int net_mcast_join(struct uroce_net *net, const uint8_t mgid[16])

@@ -169,6 +169,10 @@ struct uroce_net_ops {
 	 * engine woke with one readable (net_serve). */
 	int (*add_serve_fds)(struct uroce_backend *be, int epfd);
 	void (*serve)(struct uroce_backend *be);
+	/* Optional: reads the doorbells that woke the engine through its
+	 * NET_EV_BELL fds (add_fds), which stay readable until then; returns
+	 * how many. */
+	unsigned (*bells)(struct uroce_backend *be);
 	/* Optional: receive the packets sent to multicast group mgid on
 	 * every address of the device of mgid's family, or stop (mcast_leave
 	 * with a group mcast_join took).  Under rx_lock, as recv.  0 or
@@ -176,8 +180,11 @@ struct uroce_net_ops {
 	int (*mcast_join)(struct uroce_backend *be, const uint8_t mgid[16]);
 	void (*mcast_leave)(struct uroce_backend *be, const uint8_t mgid[16]);
 };
-/* The engine's epoll tags: its kick is 0, packet fds (add_fds) 1. */
+/* The engine's epoll tags: its kick is 0, packet fds (add_fds) 1, but a
+ * ring's bell (ring.c): doorbells for records already in memory, which ask
+ * for no socket to be read, and are read by net_bells. */
 #define NET_EV_SERVE 2u
+#define NET_EV_BELL 3u
 
 struct uroce_net {
 	/* UDP (or net_create_backend's one backend): every flow has one */
@@ -256,6 +263,8 @@ int net_send(struct uroce_net *net, struct uroce_flow *flow, const uint8_t sgid[
 int net_recv(struct uroce_net *net, struct uroce_rxpkt *pkts, int max);
 void net_recv_done(struct uroce_net *net, struct uroce_rxpkt *pkts, int n);
 int net_add_fds(struct uroce_net *net, int epfd);
+/* The engine woke for a NET_EV_BELL fd: read the doorbells (counted). */
+void net_bells(struct uroce_net *net);
 /* add_serve_fds and serve of every backend (struct uroce_net_ops). */
 int net_add_serve_fds(struct uroce_net *net, int epfd);
 void net_serve(struct uroce_net *net);

@@ -5,10 +5,11 @@
  *
  * It carries only what a ring can: flow_open refuses a peer without a live
  * region (or with no free ring) and the selector (net.c) sends that flow by
- * UDP.  A receiver that sleeps is woken by a doorbell, which travels by UDP:
- * send says when one is owed and net.c has the flow's UDP side ring it.
- * Nothing here wakes the engine's epoll for packets (no add_fds), so while
- * a ring is claimed receive reports itself busy.  Each region's listening
+ * UDP.  A receiver that sleeps is woken by a doorbell: a datagram to the
+ * bell its owner handed over with the region (a socket in the owner's
+ * epoll, add_fds), or where it gave none, a datagram to its address that
+ * net.c has the flow's UDP side send.  Only the bell wakes the engine's epoll for ring packets,
+ * so while a ring is claimed receive reports itself busy.  Each region's listening
  * socket is in both of the engine's epoll sets instead (add_serve_fds):
  * producers connecting to ask for the region are answered whenever the
  * engine wakes, also while an application polls (serve). */
@@ -48,6 +49,7 @@ static int ring_open(struct uroce_backend *be)
 		return -ENOMEM;
 	p->stats = be->net->stats;
 	shm_refs(cfg->shm_direct_min != 0);
+	shm_bells(cfg->shm_bell);
 	/* one region per address, named by it and this device's QPN slot:
 	 * processes sharing an address (share.h) have one each */
 	for (int i = 0; i < cfg->ngids; i++)
@@ -135,8 +137,15 @@ static int ring_send(struct uroce_backend_flow *f, const uint8_t dgid[16], uint8
 	UROCE_COUNT(f->stats, UC_shm_packets_tx, (uint64_t)sent);
 	if (sent < n)
 		UROCE_COUNT(f->stats, UC_shm_ring_full, (uint64_t)(n - sent));
-	if (doorbell)
-		*wake = true;
+	if (doorbell) {
+		int rc = shm_tx_ring_bell(f->tx);
+		if (rc != -ENODEV)
+			UROCE_COUNT_SYSCALL(f->stats, UC_sys_other, 1);
+		if (rc == 0)
+			UROCE_COUNT(f->stats, UC_shm_doorbells_tx, 1);
+		else
+			*wake = true;  /* by UDP (net.c, ring_doorbell) */
+	}
 	return sent;
 }
 
@@ -189,16 +198,43 @@ static void ring_rx_sleeping(struct uroce_backend *be, bool sleeping)
 		shm_rx_sleeping(p->rx[i], sleeping);
 }
 
-static int ring_add_serve_fds(struct uroce_backend *be, int epfd)
+/* Each region's fd_of (-1: none) into epfd, level-triggered, tagged. */
+static int watch_regions(struct ring_priv *p, int epfd, int (*fd_of)(const struct shm_rx *), uint32_t tag)
 {
-	struct ring_priv *p = be->priv;
-
 	for (int i = 0; i < p->n; i++) {
-		int fd = shm_rx_listen_fd(p->rx[i]);
-		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = NET_EV_SERVE };
+		int fd = fd_of(p->rx[i]);
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = tag };
 		if (fd >= 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 			return -errno;
 	}
+	return 0;
+}
+
+/* The bells, readable until ring_bells reads them. */
+static int ring_add_fds(struct uroce_backend *be, int epfd)
+{
+	return watch_regions(be->priv, epfd, shm_rx_bell_fd, NET_EV_BELL);
+}
+
+static unsigned ring_bells(struct uroce_backend *be)
+{
+	struct ring_priv *p = be->priv;
+	unsigned rung = 0, calls = 0;
+
+	for (int i = 0; i < p->n; i++)
+		rung += shm_rx_bell_drain(p->rx[i], &calls);
+	if (calls)
+		UROCE_COUNT_SYSCALL(p->stats, UC_sys_recvmmsg, calls);
+	return rung;
+}
+
+static int ring_add_serve_fds(struct uroce_backend *be, int epfd)
+{
+	struct ring_priv *p = be->priv;
+	int rc = watch_regions(p, epfd, shm_rx_listen_fd, NET_EV_SERVE);
+
+	if (rc < 0)
+		return rc;
 	if (p->nep < 2)
 		p->epfd[p->nep++] = epfd;
 	return 0;
@@ -245,7 +281,7 @@ static void ring_serve(struct uroce_backend *be)
 
 /* Received packets are copied out into the region's buffers, reused by the
  * next poll (no recv_done); a record always carries its traffic class, and
- * its hop limit is 64 (no rx_ip_meta); no fds (no add_fds). */
+ * its hop limit is 64 (no rx_ip_meta); its fds are the bells. */
 const struct uroce_net_ops uroce_ring_ops = {
 	.name = "ring",
 	.open = ring_open,
@@ -259,6 +295,8 @@ const struct uroce_net_ops uroce_ring_ops = {
 	.recv = ring_recv,
 	.rx_ready = ring_rx_ready,
 	.rx_sleeping = ring_rx_sleeping,
+	.add_fds = ring_add_fds,
+	.bells = ring_bells,
 	.add_serve_fds = ring_add_serve_fds,
 	.serve = ring_serve,
 };

@@ -135,6 +135,9 @@ struct shm_rx {
 	struct shm_region *r;
 	int fd;                          /* the memfd; holds the owner's flock */
 	int lfd;                         /* the listening socket producers connect to */
+	int bell;                        /* the bell: a unix datagram socket, bound at bell_sa, in
+					  * the engine's epoll; -1: none, doorbells come by UDP */
+	struct sockaddr_un bell_sa;      /* its address, where each producer's socket is connected */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* its file, unlinked at close */
 	pid_t pid;                       /* the process that opened it (a forked child does
 					  * not consume: shm_rx_poll) */
@@ -162,6 +165,8 @@ struct shm_peer {
 	uint8_t key[SHM_KEY];
 	struct shm_region *r;            /* header only */
 	int fd;                          /* our own open of the region: holds our ring locks */
+	int bell;                        /* a socket of ours connected to the owner's bell: a datagram
+					  * on it wakes the owner's engine; -1: none */
 	pid_t pid;
 	uint32_t tag;                    /* the owner word of our rings: random, never 0 */
 	uint64_t until;                  /* unheld (asked for by shm_tx_prepare): dropped after */
@@ -233,7 +238,7 @@ static atomic_bool refuse_rights = true;  /* SO_PASSRIGHTS 0 on new listeners (s
  * #13).  A fixed table, lock-free, as the child handler takes no lock.
  * Slots hold fd + 1; a full table leaves the fd to the child (then it
  * holds what it held before this fix). */
-#define SHM_FDTAB 1024
+#define SHM_FDTAB 2048  /* a peer entry holds two: its region and its bell */
 static _Atomic int fdtab[SHM_FDTAB];
 
 static void fd_track(int fd)
@@ -564,14 +569,20 @@ static void populate(void *p, size_t len, bool write)
  * user namespace uid every other unmapped uid reads as the overflow uid
  * too, so no check of a uid would mean anything: no rings there. */
 #define SHM_CONNECT_WAIT_MS 50  /* the owner's engine answers when it wakes */
+/* Datagrams an engine's wake-up reads off its bell (shm_rx_bell_drain):
+ * producers ring only a sleeping engine, so a few at most are queued; a
+ * flood stays readable and is read at the next wake-up. */
+#define BELL_DRAIN_MAX 64
+#define BELL_DRAIN_BATCH 8u
 /* the bound in force: tests whose owner is a forked child, slow to be
  * scheduled on a loaded machine, lengthen it (shm_test_connect_wait) */
 static atomic_int connect_wait_ms = SHM_CONNECT_WAIT_MS;
-/* A coalesced waiter waits at most twice an ask's bound for the asker's
+/* A coalesced waiter waits at most three times an ask's bound (the answer,
+ * then the bell behind it, and a margin) for the asker's
  * answer (peer_resolve), then goes by UDP: an asker is never cancelled
  * (cancellation is off across the public entries, shm_nocancel), so the
  * bound is only a backstop. */
-#define SHM_ASK_WAIT_NS (2ull * (unsigned)atomic_load(&connect_wait_ms) * 1000000ull)
+#define SHM_ASK_WAIT_NS (3ull * (unsigned)atomic_load(&connect_wait_ms) * 1000000ull)
 /* fds one message may carry (SCM_MAX_FD, include/net/scm.h): all are
  * received, so that we close every one ourselves (close_foreign); fds that
  * do not fit the control buffer (MSG_CTRUNC) the kernel releases in the
@@ -712,7 +723,7 @@ unsigned long shm_netns_id(void)
 }
 
 /* The socket file of key's region; false when there are no rings. */
-static bool region_addr(const uint8_t key[SHM_KEY], struct sockaddr_un *sa, socklen_t *len)
+static bool key_addr(const char *kind, const uint8_t key[SHM_KEY], struct sockaddr_un *sa, socklen_t *len)
 {
 	struct stat st;
 	if (shm_dir_refused() || fstat(shm_dirfd, &st) < 0 || st.st_dev != shm_dir_dev || st.st_ino != shm_dir_ino)
@@ -720,11 +731,18 @@ static bool region_addr(const uint8_t key[SHM_KEY], struct sockaddr_un *sa, sock
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
 	/* through the directory's fd (dir_private_fd): the one checked */
-	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/rx.%lu.", shm_dirfd, shm_netns);
+	int k = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/%s.%lu.", shm_dirfd, kind, shm_netns);
 	for (int i = 0; i < SHM_KEY && k > 0 && k + 3 < (int)sizeof(sa->sun_path); i++)
 		k += snprintf(sa->sun_path + k, sizeof(sa->sun_path) - (size_t)k, "%02x", key[i]);
 	*len = (socklen_t)sizeof(*sa);
 	return k > 0 && k + 1 < (int)sizeof(sa->sun_path);
+}
+
+/* Where key's region is asked for ("rx"), and where its bell listens
+ * ("bell": bell_open). */
+static bool region_addr(const uint8_t key[SHM_KEY], struct sockaddr_un *sa, socklen_t *len)
+{
+	return key_addr("rx", key, sa, len);
 }
 
 static bool peer_is_us(int s)
@@ -815,6 +833,64 @@ static void conn_close(int c)
 	close(c);
 }
 
+/* A bell's socket, closed as a rendezvous connection is (conn_close):
+ * what a peer queued on it -- fds among them -- is received and closed
+ * without waiting on it. */
+static void bell_close(int fd)
+{
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&fork_lock);
+	fd_untrack(fd);
+	conn_close(fd);
+	pthread_mutex_unlock(&fork_lock);
+}
+
+/* A region's bell (docs/architecture.md "Same-host rings", Wake-up): a
+ * unix datagram socket bound in the rendezvous directory (which only our
+ * user enters) and watched by the engine, level-triggered
+ * (shm_rx_bell_drain reads it).  Each producer gets a socket of its own
+ * connected to it (bell_connect): one it shared with others could be
+ * connected elsewhere or shut by any of them, and the bell would fall
+ * silent for all.  No fds may come our way on it (Linux 6.16:
+ * SO_PASSRIGHTS; before, the drain receives and closes them). */
+static void bell_open(struct shm_rx *rx)
+{
+	socklen_t l;
+	int no_rights = 0;
+
+	if (!key_addr("bell", rx->key, &rx->bell_sa, &l))
+		return;
+	pthread_mutex_lock(&fork_lock);
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd_track(s);
+	pthread_mutex_unlock(&fork_lock);
+	if (s >= 0 && atomic_load(&refuse_rights))
+		(void)setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights));
+	/* an earlier owner's file (it was killed): the address is ours now */
+	unlink(rx->bell_sa.sun_path);
+	if (s >= 0 && bind(s, (struct sockaddr *)&rx->bell_sa, l) == 0) {
+		rx->bell = s;
+		return;
+	}
+	LOG_DBG("uroce: no bell for a ring region (%s): its doorbells come by UDP", strerror(errno));
+	fd_close_tracked(s);
+}
+
+/* A new socket connected to rx's bell, for one producer; -1 if none.  With
+ * fork_lock held (the caller tracks or closes it). */
+static int bell_connect(const struct shm_rx *rx)
+{
+	if (rx->bell < 0)
+		return -1;
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s >= 0 && connect(s, (const struct sockaddr *)&rx->bell_sa, sizeof(rx->bell_sa)) < 0) {
+		close(s);
+		s = -1;
+	}
+	return s;
+}
+
 /* The listening socket of a new region, its file's path in path. */
 static int region_listen(const uint8_t key[SHM_KEY], char *path)
 {
@@ -877,6 +953,13 @@ static void *map_region(int fd, size_t len, off_t off)
 
 static void asks_forget(const uint8_t key[SHM_KEY]);
 
+static atomic_bool bells_on = true;  /* shm_bells */
+
+void shm_bells(bool on)
+{
+	atomic_store(&bells_on, on);
+}
+
 /* A region's seals, as F_GET_SEALS reports them: ours (no change of size,
  * no further seals), and at most F_SEAL_EXEC besides, which the kernel
  * adds itself under vm.memfd_noexec=1 or 2 (Linux 6.3+, memfd_create(2)
@@ -915,7 +998,7 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot)
 	region_key(key, gid, slot);
 	rx->pid = shm_self();
 	rx->reaped_ns = mono_ns();  /* the first look for dead producers a REAP_NS from now */
-	rx->fd = rx->lfd = -1;
+	rx->fd = rx->lfd = rx->bell = -1;
 	if (shm_dir_refused())
 		goto fail;
 	if (atomic_load(&reserve_fd) < 0)
@@ -971,6 +1054,9 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot)
 		region_failed("its rendezvous socket");
 		goto fail;
 	}
+	/* without one (UROCE_SHM_BELL=0, EMFILE), producers ring by UDP */
+	if (atomic_load(&bells_on))
+		bell_open(rx);
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
 	own_rx = rx;
@@ -989,6 +1075,80 @@ fail:
 int shm_rx_listen_fd(const struct shm_rx *rx)
 {
 	return rx && rx->pid == shm_self() ? rx->lfd : -1;
+}
+
+int shm_rx_bell_fd(const struct shm_rx *rx)
+{
+	return rx && rx->pid == shm_self() ? rx->bell : -1;
+}
+
+unsigned shm_rx_bell_drain(struct shm_rx *rx, unsigned *calls)
+{
+	unsigned rung = 0;
+
+	if (!rx || rx->bell < 0 || rx->pid != shm_self())
+		return 0;
+	/* the fds a datagram may bring (before Linux 6.16, which refuses
+	 * them: SO_PASSRIGHTS) are ours from here: closed before a fork can
+	 * copy them, without waiting on them (close_foreign) */
+	pthread_mutex_lock(&fork_lock);
+	while (rung < BELL_DRAIN_MAX) {
+		/* one call for what is queued (mostly one doorbell): a call
+		 * more would only say that nothing else is */
+		struct fd_msg m[BELL_DRAIN_BATCH];
+		struct mmsghdr mm[BELL_DRAIN_BATCH];
+		memset(mm, 0, sizeof(mm));
+		for (unsigned i = 0; i < BELL_DRAIN_BATCH; i++) {
+			fd_msg_init(&m[i], sizeof(m[i].u.b));
+			mm[i].msg_hdr = m[i].mh;
+		}
+		int n = recvmmsg(rx->bell, mm, BELL_DRAIN_BATCH, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+		++*calls;
+		for (int i = 0; i < n; i++) {
+			m[i].mh = mm[i].msg_hdr;  /* the lengths the call wrote */
+			msg_take_fds(&m[i], NULL, NULL);
+		}
+		if (n > 0)
+			rung += (unsigned)n;
+		if (n < (int)BELL_DRAIN_BATCH)
+			break;
+	}
+	pthread_mutex_unlock(&fork_lock);
+	return rung;
+}
+
+/* Tests: what shm_rx_serve hands over after the region (shm_test_bell). */
+static _Atomic int bell_handed = SHM_TEST_BELL_OWN;
+
+void shm_test_bell(int what)
+{
+	atomic_store(&bell_handed, what);
+}
+
+/* The fd this process hands a producer after the region, closed by the
+ * caller (fork_lock held): a socket connected to its bell, or for tests
+ * none or a wrong one. */
+static int bell_to_hand(const struct shm_rx *rx)
+{
+	int sv[2], s;
+
+	switch (atomic_load(&bell_handed)) {
+	case SHM_TEST_BELL_NONE:
+		return -1;
+	case SHM_TEST_BELL_STREAM:
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+			return -1;
+		close(sv[1]);
+		return sv[0];
+	case SHM_TEST_BELL_NOT_SOCKET:
+		return open("/dev/null", O_RDWR | O_CLOEXEC);
+	case SHM_TEST_BELL_BLOCKING:
+		if ((s = bell_connect(rx)) >= 0)
+			(void)fcntl(s, F_SETFL, 0);
+		return s;
+	default:
+		return bell_connect(rx);
+	}
 }
 
 /* Answer the producers waiting on the socket: the region's fd to each of
@@ -1051,17 +1211,29 @@ int shm_rx_serve(struct shm_rx *rx, unsigned *accepts)
 			give = open(path, O_RDWR | O_CLOEXEC);
 		}
 		if (give >= 0) {
-			struct fd_msg m;
-			fd_msg_init(&m, CMSG_SPACE(sizeof(int)));
-			struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
-			cm->cmsg_level = SOL_SOCKET;
-			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &give, sizeof(int));
-			if (sendmsg(c, &m.mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-				/* the producer gave up waiting: it uses UDP */
+			/* the region, and in a message of its own right after
+			 * it, a socket connected to our bell: the producer's
+			 * doorbells then wake our engine by a datagram to the
+			 * bell instead of to our address.  A message of its
+			 * own, so that a producer of a library without bells,
+			 * which refuses an answer of two fds, takes the region
+			 * and closes the bell with the rest of the connection. */
+			int bell = bell_to_hand(rx);
+			int fds[2] = { give, bell };
+			for (int i = 0; i < 2 && fds[i] >= 0; i++) {
+				struct fd_msg m;
+				fd_msg_init(&m, CMSG_SPACE(sizeof(int)));
+				struct cmsghdr *cm = CMSG_FIRSTHDR(&m.mh);
+				cm->cmsg_level = SOL_SOCKET;
+				cm->cmsg_type = SCM_RIGHTS;
+				cm->cmsg_len = CMSG_LEN(sizeof(int));
+				memcpy(CMSG_DATA(cm), &fds[i], sizeof(int));
+				if (sendmsg(c, &m.mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+					break;  /* the producer gave up waiting: it uses UDP */
 			}
 			close(give);
+			if (bell >= 0)
+				close(bell);
 		}
 		conn_close(c);
 		pthread_mutex_unlock(&fork_lock);
@@ -1111,6 +1283,9 @@ void shm_rx_close(struct shm_rx *rx)
 		/* the UDP address is still ours (ring.c closes before udp.c) */
 		unlink(rx->path);
 		fd_close_tracked(rx->lfd);
+		if (rx->bell >= 0)
+			unlink(rx->bell_sa.sun_path);
+		bell_close(rx->bell);
 		munmap(rx->r, SHM_REGION_BYTES);
 		fd_close_tracked(rx->fd);
 	}
@@ -1141,6 +1316,26 @@ bool shm_tx_peer_sleeping(const struct shm_tx *tx)
 	/* a forked child's copy has no mapping (MADV_DONTFORK) */
 	return tx->peer->pid == atomic_load_explicit(&shm_pid, memory_order_relaxed) &&
 	       atomic_load_explicit(&tx->peer->r->rx_sleeping, memory_order_relaxed) != 0;
+}
+
+int shm_tx_ring_bell(const struct shm_tx *tx)
+{
+	static const char ding = 'd';
+	const struct shm_peer *pe = tx->peer;
+
+	/* a forked child's copy of the entry is its parent's to ring */
+	if (pe->bell < 0 || pe->pid != atomic_load_explicit(&shm_pid, memory_order_relaxed))
+		return -ENODEV;
+	/* Never blocks, whatever the owner did to the socket (MSG_DONTWAIT
+	 * is this call's own, unlike O_NONBLOCK, which the owner shares and
+	 * could clear).  EAGAIN: the bell's queue is full, or our own
+	 * datagrams fill our send buffer and wait in it -- either way the
+	 * bell is readable and its engine woken (level-triggered): rung all
+	 * the same.  (The socket is ours alone, so no other producer can
+	 * have pointed it elsewhere.) */
+	if (send(pe->bell, &ding, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN || errno == EWOULDBLOCK)
+		return 0;
+	return -errno;
 }
 
 void shm_rx_sleeping(struct shm_rx *rx, bool sleeping)
@@ -1416,20 +1611,42 @@ static int region_reopen(int fd)
 	return nfd;
 }
 
+/* Is fd a unix datagram socket, as an owner's bell is?  A doorbell is
+ * sent from a thread that holds a QP's lock, so it must never block: a
+ * socket's send can be made non-blocking by the call (MSG_DONTWAIT),
+ * which an owner cannot undo -- O_NONBLOCK belongs to the open file
+ * description, which the owner shares and may clear (an eventfd whose
+ * counter it then filled blocked the writer for good; a FIFO or a FUSE
+ * file would too).  A datagram socket's close never lingers; what the
+ * owner may have queued on our end is received and closed by bell_close. */
+static bool bell_ok(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l) < 0 || v != AF_UNIX)
+		return false;
+	l = sizeof(v);
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) == 0 && v == SOCK_DGRAM;
+}
+
 /* Ask the owner of key's socket for its region: the fd it sends, or -1
  * (no socket, a dead owner's, another user's, a full backlog, no answer
  * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
  * goes by UDP, as with no region; *immediate when the connect itself said
- * so: no socket, a dead owner's).  Called without locks (shm_tx_prepare).
- * Every fd an answer carries is received and all but the one accepted are
+ * so: no socket, a dead owner's), and in *bell the owner's bell, which a
+ * second message brings (-1: none, or not one bell_ok takes; its
+ * doorbells then go by UDP).  Called without locks (shm_tx_prepare).
+ * Every fd an answer carries is received and all but those accepted are
  * closed, so no answer can leave fds with us. */
-static int region_ask(const uint8_t key[SHM_KEY], bool *immediate)
+static int region_ask(const uint8_t key[SHM_KEY], bool *immediate, int *bell)
 {
 	struct sockaddr_un sa;
 	socklen_t l;
 	int fd = -1;
 
 	*immediate = false;
+	*bell = -1;
 	if (!region_addr(key, &sa, &l))
 		return -1;
 	/* non-blocking: a full backlog refuses at once (EAGAIN) */
@@ -1458,6 +1675,24 @@ static int region_ask(const uint8_t key[SHM_KEY], bool *immediate)
 			else if (got >= 0)
 				close_foreign(got);
 			pthread_mutex_unlock(&fork_lock);
+			/* the bell, sent in the same call right behind: a
+			 * moment's wait (an owner without bells has closed the
+			 * connection: POLLHUP at once), as long as for the
+			 * answer at most -- a loaded machine may run us between
+			 * the two messages, and a peer left without its bell
+			 * rings by UDP for its life */
+			if (fd >= 0 && poll(&pfd, 1, atomic_load(&connect_wait_ms)) == 1 && (pfd.revents & POLLIN)) {
+				pthread_mutex_lock(&fork_lock);
+				fd_msg_init(&m, sizeof(m.u.b));
+				n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+				nfds = n >= 0 ? msg_take_fds(&m, &got, &ncm) : 0;
+				if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1 &&
+				    bell_ok(got))
+					fd_track(*bell = got);
+				else if (got >= 0)
+					close_foreign(got);
+				pthread_mutex_unlock(&fork_lock);
+			}
 		}
 	}
 	/* more may be queued behind the answer, fds a hostile owner sent to
@@ -1491,6 +1726,7 @@ void shm_refs(bool on)
 	atomic_store(&refs_on, on);
 }
 
+
 /* The owner's pid, if reading the probe word it published through that pid
  * gives the word back; 0 if not (another pid namespace, no permission to
  * read it: a non-dumpable process, Yama's ptrace_scope, a seccomp filter
@@ -1511,12 +1747,15 @@ static pid_t probe_owner(const struct shm_region *r)
 	return pid;
 }
 
-/* key's region as fd (closed in any case): opened afresh, checked, its
- * header mapped; a new peer entry, or NULL. */
-static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
+/* key's region as fd, its owner's bell as bell (-1: none; both closed
+ * in any case): opened afresh, checked, its header mapped; a new peer
+ * entry, or NULL. */
+static struct shm_peer *peer_new(int fd, int bell, const uint8_t key[SHM_KEY])
 {
-	if (fd < 0 || (fd = region_reopen(fd)) < 0)
+	if (fd < 0 || (fd = region_reopen(fd)) < 0) {
+		bell_close(bell);
 		return NULL;
+	}
 	struct shm_region *r = header_map(fd, key);
 	struct shm_peer *pe = r ? calloc(1, sizeof(*pe)) : NULL;
 	uint32_t tag = 0;
@@ -1526,11 +1765,13 @@ static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
 		if (r)
 			munmap(r, SHM_HDR_BYTES);
 		fd_close_tracked(fd);
+		bell_close(bell);
 		return NULL;
 	}
 	memcpy(pe->key, key, SHM_KEY);
 	pe->r = r;
 	pe->fd = fd;
+	pe->bell = bell;
 	pe->pid = shm_self();
 	pe->ref_pid = probe_owner(r);
 	/* the owner word of our rings: a pid would be reused, or be another
@@ -1543,7 +1784,7 @@ static struct shm_peer *peer_new(int fd, const uint8_t key[SHM_KEY])
  * afresh, as another process would.  Never waits. */
 static struct shm_peer *region_own(const uint8_t key[SHM_KEY])
 {
-	int fd = -1;
+	int fd = -1, bell = -1;
 
 	pthread_mutex_lock(&own_lock);
 	for (struct shm_rx *rx = own_rx; rx; rx = rx->next)
@@ -1551,11 +1792,13 @@ static struct shm_peer *region_own(const uint8_t key[SHM_KEY])
 			pthread_mutex_lock(&fork_lock);
 			fd = fcntl(rx->fd, F_DUPFD_CLOEXEC, 0);
 			fd_track(fd);
+			if (fd >= 0)
+				fd_track(bell = bell_connect(rx));
 			pthread_mutex_unlock(&fork_lock);
 			break;
 		}
 	pthread_mutex_unlock(&own_lock);
-	return peer_new(fd, key);
+	return peer_new(fd, bell, key);
 }
 
 /* Is the entry still a live region?  Its owner may have died (its lock
@@ -1581,6 +1824,7 @@ static void peer_free(struct shm_peer *pe)
 	if (pe->pid == shm_self()) {
 		munmap(pe->r, SHM_HDR_BYTES);
 		fd_close_tracked(pe->fd);
+		bell_close(pe->bell);
 	}
 	free(pe);
 }
@@ -1665,7 +1909,9 @@ static struct shm_peer *peer_resolve(const uint8_t key[SHM_KEY], bool may_ask)
 			memcpy(a->key, key, SHM_KEY);
 			pthread_mutex_unlock(&peers_lock);
 			bool immediate;
-			pe = peer_new(region_ask(key, &immediate), key);
+			int bell;
+			int fd = region_ask(key, &immediate, &bell);
+			pe = peer_new(fd, bell, key);
 			pthread_mutex_lock(&peers_lock);
 			if (a->pending && !memcmp(a->key, key, SHM_KEY)) {  /* not a forked child's table */
 				a->pending = false;

@@ -50,6 +50,23 @@ void shm_rx_close(struct shm_rx *rx);
  * producer waits for shm_rx_serve); -1 in a forked child, which serves
  * nothing. */
 int shm_rx_listen_fd(const struct shm_rx *rx);
+/* The region's bell, for the engine's epoll (level-triggered: readable
+ * while a producer's doorbell, a datagram, waits on it); -1 when it has
+ * none or in a forked child.  Producers get its other end after the region
+ * (shm_rx_serve). */
+int shm_rx_bell_fd(const struct shm_rx *rx);
+/* Reads the doorbells waiting on the bell (a bounded number), closing any
+ * fd one brought; returns how many, and adds its receive calls to *calls. */
+unsigned shm_rx_bell_drain(struct shm_rx *rx, unsigned *calls);
+/* Tests: what shm_rx_serve hands producers after the region. */
+enum {
+	SHM_TEST_BELL_OWN,       /* the region's bell */
+	SHM_TEST_BELL_NONE,      /* none */
+	SHM_TEST_BELL_STREAM,    /* a unix stream socket */
+	SHM_TEST_BELL_NOT_SOCKET,
+	SHM_TEST_BELL_BLOCKING,  /* the region's, made blocking first (O_NONBLOCK cleared) */
+};
+void shm_test_bell(int what);
 /* Hands the region to every producer of our user waiting on the socket;
  * never blocks.  A producer waits SHM_CONNECT_WAIT_MS (shm.c) for it.
  * -1: a connection could not be accepted (no memory), the socket stays
@@ -123,6 +140,9 @@ pid_t shm_tx_ref_peer(const struct shm_tx *tx, pid_t *self);
 /* Probe peers, and so send references, or not (UROCE_SHM_DIRECT_MIN 0: not
  * even a process_vm_readv, which a seccomp policy may punish). */
 void shm_refs(bool on);
+/* Regions opened from now on come with a bell (true) or not: producers
+ * then ring by UDP (UROCE_SHM_BELL). */
+void shm_bells(bool on);
 
 /* Copies msgs into the ring; returns how many fit (the rest are lost as on
  * a full socket, and retransmission recovers them).  *doorbell: the
@@ -132,6 +152,11 @@ void shm_refs(bool on);
  * on by UDP. */
 int shm_tx_send(struct shm_tx *tx, const uint8_t sgid[16], uint16_t sport, uint8_t tos,
 		const struct uroce_txmsg *msgs, int n, bool *doorbell);
+/* Rings the doorbell shm_tx_send asked for by a datagram to the owner's
+ * bell (a socket it handed over with the region); never blocks.  0, or
+ * -ENODEV: the owner gave none (no system call made), or -errno: the send
+ * failed; then the caller sends the datagram to its address. */
+int shm_tx_ring_bell(const struct shm_tx *tx);
 /* Tests: every ring of the region starts at position pos (before any is
  * claimed), to reach the 32-bit wrap of positions. */
 void shm_rx_test_position(struct shm_rx *rx, uint32_t pos);

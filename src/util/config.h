@@ -33,6 +33,7 @@ struct uroce_config {
 	bool handoff_defer;      /* UROCE_HANDOFF=defer */
 	bool poll_progress;      /* UROCE_POLL_PROGRESS=0: ibv_poll_cq never receives */
 	bool shm;                /* UROCE_SHM=0: same-host peers are reached by UDP too */
+	bool shm_bell;           /* UROCE_SHM_BELL: our regions come with a bell (net/shm.c) */
 	bool xdp;                /* UROCE_XDP=1: the AF_XDP backend (net/xdp.c) instead of UDP sockets */
 	unsigned shm_direct_min; /* UROCE_SHM_DIRECT_MIN: messages this large go by one copy on one host (transport/ref.h) */
 	unsigned pull_split_min; /* UROCE_PULL_SPLIT_MIN: such copies this large are shared with a helper thread (mem/pull.h) */

@@ -65,6 +65,10 @@
 	X(UROCE_SHM, shm, bool, 0, 0, true, "1", \
 	  "`0`: reach other uroce processes of this host by loopback UDP too, instead of shared-memory " \
 	  "rings (a `tshark -i lo` capture then sees their traffic; `UROCE_PCAP` records either way)") \
+	X(UROCE_SHM_BELL, shm_bell, bool, 0, 0, true, "1", \
+	  "a process hands the uroce processes that send to it through its rings a socket to wake " \
+	  "its sleeping engine by (a doorbell); `0`: it hands none, and they wake it by a datagram to " \
+	  "its address (docs/architecture.md \"Same-host rings\", Wake-up)") \
 	X(UROCE_SHM_DIRECT_MIN, shm_direct_min, uint, 0, UINT_MAX, 16384, "16384", \
 	  "RC SENDs, WRITEs and READs of at least this many bytes between uroce processes of one host " \
 	  "are copied once, straight between the two processes' memory (`process_vm_readv`), instead " \

@@ -60,8 +60,9 @@
 	X(shm_packets_tx, "packets sent through same-host rings (counted in tx_packets too)") \
 	X(shm_packets_rx, "packets received from same-host rings (counted in rx_packets too)") \
 	X(shm_ring_full, "packets lost: the peer's same-host ring was full") \
-	X(shm_doorbells_tx, "wake-up datagrams sent to a peer whose engine slept") \
-	X(shm_doorbells_rx, "wake-up datagrams received") \
+	X(shm_doorbells_tx, "doorbells rung for a peer whose engine slept: datagrams to its bell, or to its address where it gave none") \
+	X(shm_doorbells_udp, "of those, datagrams to its address: the peer handed over no bell with its region") \
+	X(shm_doorbells_rx, "doorbells received: on our bell, and datagrams to our address") \
 	X(shm_bad, "same-host ring entries dropped: impossible count or length") \
 	X(shm_fork_refused, "same-host ring sends refused: a forked child's flow on its parent's ring (by UDP from then on)") \
 	X(shm_dir_refused, "devices opened without same-host rings: the rendezvous directory is not private (net/shm.c)") \
@@ -96,7 +97,7 @@
 	X(cm_conns_freed, "CM connection records freed (their id destroyed and the protocol, timewait too, over)") \
 	X(cm_backlog_drops, "REQs and SIDR_REQs dropped: their listener's backlog of unread requests was full") \
 	X(sys_sendmmsg, "sendmmsg system calls (packets to the kernel's UDP), and with UROCE_XDP the AF_XDP socket's send calls") \
-	X(sys_recvmmsg, "recvmmsg system calls, those that found nothing included") \
+	X(sys_recvmmsg, "recvmmsg system calls, those that found nothing included, and reads of our same-host bell (doorbells)") \
 	X(sys_poll, "epoll_pwait2 and ppoll system calls: the engine's sleeps, pollers' looks at the sockets") \
 	X(sys_eventfd, "eventfd reads and writes: engine kicks, completion channel events and async events") \
 	X(sys_yield, "sched_yield system calls of a spinning engine") \

@@ -6,7 +6,8 @@
 #  2. with events (-e) and no engine spin (UROCE_SPIN_US=0) the engines
 #     sleep on their sockets between messages, so senders must wake them with
 #     doorbells: some are rung and no ACK times out (a lost wake-up shows as
-#     a timeout, 67 ms, and a resend);
+#     a timeout, 67 ms, and a resend); each a write to the peer's bell, or
+#     with UROCE_SHM_BELL=0 each a datagram;
 #  3. a message of 64 KiB sent as packets (UROCE_SHM_DIRECT_MIN=0) goes
 #     into the ring in parts while the peer polls (SHM_PART_BYTES: a send
 #     call ends after 16 KiB at a first or middle packet) -- at most 3 cuts
@@ -87,17 +88,29 @@ if run_pair rings -- -c -s 3000 -n 500; then
 	done
 fi
 
-if run_pair doorbells UROCE_SPIN_US=0 -- -c -e -s 100 -n 300; then
-	no_loss doorbells
-	rung=$(( $(counter "$tmp/doorbells.s" shm_doorbells_tx) + $(counter "$tmp/doorbells.c" shm_doorbells_tx) ))
-	heard=$(( $(counter "$tmp/doorbells.s" shm_doorbells_rx) + $(counter "$tmp/doorbells.c" shm_doorbells_rx) ))
-	if [ "$rung" -eq 0 ] || [ "$heard" -eq 0 ]; then
-		echo "not ok: doorbells: $rung rung, $heard heard: the sleeping engines were never woken by one"
-		fail=1
-	else
-		echo "ok: doorbells: $rung rung, $heard heard, no timeout"
+# a doorbell is a datagram to the peer's bell (a unix socket it handed over
+# with its region); with UROCE_SHM_BELL=0 the peer hands none and it is a
+# datagram to the peer's address
+for bell in 1 0; do
+	name=doorbells_bell$bell
+	if run_pair $name UROCE_SPIN_US=0 UROCE_SHM_BELL=$bell -- -c -e -s 100 -n 300; then
+		no_loss $name
+		rung=$(( $(counter "$tmp/$name.s" shm_doorbells_tx) + $(counter "$tmp/$name.c" shm_doorbells_tx) ))
+		udp=$(( $(counter "$tmp/$name.s" shm_doorbells_udp) + $(counter "$tmp/$name.c" shm_doorbells_udp) ))
+		heard=$(( $(counter "$tmp/$name.s" shm_doorbells_rx) + $(counter "$tmp/$name.c" shm_doorbells_rx) ))
+		want_udp=0
+		[ $bell = 0 ] && want_udp=$rung
+		if [ "$rung" -eq 0 ] || [ "$heard" -eq 0 ]; then
+			echo "not ok: $name: $rung rung, $heard heard: the sleeping engines were never woken by one"
+			fail=1
+		elif [ "$udp" -ne "$want_udp" ]; then
+			echo "not ok: $name: $rung rung, $udp of them by UDP (want $want_udp)"
+			fail=1
+		else
+			echo "ok: $name: $rung rung ($udp by UDP), $heard heard, no timeout"
+		fi
 	fi
-fi
+done
 
 # parts need the peer's engine off its sockets while its application polls,
 # as in the default hand-off, grace (with UROCE_HANDOFF=defer it sleeps on

@@ -547,6 +547,25 @@ static void test_dead_owner(void)
 
 /* The fd gid's owner hands to whoever connects, received as a careless
  * (or hostile) producer would and kept as it came; -1: none. */
+/* The fds an owner's answer brought: the region's first, then its bell
+ * (the first fd in *region, or -1; the bell in *bell when bell is not
+ * NULL, else closed).  How many came. */
+static int answer_fds(struct msghdr *mh, int *region, int *bell)
+{
+	struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
+	int fds[2] = { -1, -1 }, n = 0;
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+		n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)(n < 2 ? n : 2));
+	}
+	*region = fds[0];
+	if (bell)
+		*bell = fds[1];
+	else if (fds[1] >= 0)
+		close(fds[1]);
+	return n;
+}
+
 static int receive_region_fd(const uint8_t gid[16])
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -554,15 +573,12 @@ static int receive_region_fd(const uint8_t gid[16])
 		return -1;
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	char d;
-	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 2)]; } u;
 	struct iovec iov = { &d, 1 };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
 	int fd = -1;
-	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && recvmsg(s, &mh, MSG_CMSG_CLOEXEC) == 1) {
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	}
+	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && recvmsg(s, &mh, MSG_CMSG_CLOEXEC) == 1)
+		answer_fds(&mh, &fd, NULL);
 	if (s >= 0)
 		close(s);
 	return fd;
@@ -709,6 +725,28 @@ static int fd_count(void)
 	return n;
 }
 
+/* Our fd count once it is back to `want`, or after 5 s: what is not
+ * shared memory is closed by a thread of its own (close_foreign), soon
+ * but not at once. */
+static int fd_count_back_to(int want)
+{
+	int after = fd_count();
+	for (int i = 0; i < 5000 && after != want; i++) {
+		usleep(1000);
+		after = fd_count();
+	}
+	return after;
+}
+
+/* An attach that had to be refused was, and left no fd with us (`before`:
+ * our count before it). */
+static void check_refused_clean(const char *what, struct shm_tx *tx, int before)
+{
+	int after = fd_count_back_to(before);
+	CHECK(!tx, "%s: refused", what);
+	CHECK(after == before, "%s: no fd left behind (%d before, %d after)", what, before, after);
+}
+
 /* A memfd as an owner's would be, but for what `how` spoils. */
 static int bad_memfd(int how)
 {
@@ -782,15 +820,7 @@ static void test_hostile_handover(void)
 		CHECK(read(p[0], &c, 1) == 1, "the hostile owner listens");
 		int before = fd_count();
 		struct shm_tx *tx = attach(gid);
-		/* what is not shared memory is closed by a thread of its own
-		 * (close_foreign): soon, not at once */
-		int after = fd_count();
-		for (int i = 0; i < 5000 && after != before; i++) {
-			usleep(1000);
-			after = fd_count();
-		}
-		CHECK(!tx, "%s: refused", what[how]);
-		CHECK(after == before, "%s: no fd left behind (%d before, %d after)", what[how], before, after);
+		check_refused_clean(what[how], tx, before);
 		shm_tx_detach(tx);
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
@@ -1347,16 +1377,14 @@ static int ask_raw(const uint8_t gid[16], unsigned slot, int wait_ms)
 		struct pollfd pfd = { .fd = s, .events = POLLIN };
 		if (poll(&pfd, 1, wait_ms) == 1) {
 			char d;
-			union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } u;
+			union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 2)]; } u;
 			struct iovec iov = { &d, 1 };
 			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
 					     .msg_controllen = sizeof(u.b) };
 			ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-			struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+			int fd = -1;
 			r = 0;
-			if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-				int fd;
-				memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+			if (n == 1 && answer_fds(&mh, &fd, NULL) > 0 && fd >= 0) {
 				close(fd);
 				r = 1;
 			}
@@ -1940,6 +1968,133 @@ static void test_dir_replaced(void)
 	      "a region made after the directory was replaced by another user's is not in it (status %#x)", status);
 }
 
+/* Issue #16's doorbells: an owner hands producers its bell (one end of a
+ * unix datagram socket pair) after the region, and a producer's doorbell
+ * is a datagram to it, which the owner's engine, asleep in epoll on the
+ * other end, hears -- in another process (an ask) and in this one
+ * (region_own).  An owner that hands none, or a bell that is no datagram
+ * socket, leaves the producer to ring by UDP (-ENODEV), the region still
+ * taken and the bad fd closed.  A doorbell never blocks: not when the
+ * owner reads none (its queue full), nor when it cleared O_NONBLOCK on the
+ * end it handed over (an eventfd bell blocked its writer for good so). */
+static int bell_pipe = -1;
+
+static bool child_hears_bell(const uint8_t *gid)
+{
+	struct shm_rx *rx = shm_rx_open(gid, TEST_SLOT);
+	char c = rx && shm_rx_bell_fd(rx) >= 0;
+	if (write(bell_pipe, &c, 1) != 1 || !c)
+		_exit(1);
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = shm_rx_listen_fd(rx), .events = POLLIN },
+					 { .fd = shm_rx_bell_fd(rx), .events = POLLIN } };
+		if (poll(pfd, 2, -1) < 1)
+			continue;
+		if (pfd[0].revents)
+			shm_rx_serve(rx, NULL);
+		unsigned calls = 0;
+		if (pfd[1].revents && shm_rx_bell_drain(rx, &calls) == 1) {
+			c = 'B';
+			if (write(bell_pipe, &c, 1) != 1)
+				_exit(1);
+		}
+	}
+}
+
+static int bell_kind;
+
+static bool child_hands_bell_kind(const uint8_t *gid)
+{
+	shm_test_bell(bell_kind);
+	return (child_rx = shm_rx_open(gid, TEST_SLOT)) != NULL;
+}
+
+static void test_bells(void)
+{
+	/* another process's bell */
+	uint8_t gid[16];
+	test_gid(gid, 95);
+	int p[2];
+	char c = 0;
+	CHECK(pipe(p) == 0, "a pipe");
+	bell_pipe = p[1];
+	pid_t child = fork();
+	if (child == 0)
+		child_hears_bell(gid);
+	CHECK(read(p[0], &c, 1) == 1 && c == 1, "the owner has a bell");
+	int before = fd_count();
+	struct shm_tx *tx = attach(gid);
+	CHECK(tx, "its region is attached to");
+	CHECK(fd_count() == before + 2, "the region and its bell are held (%d fds before, %d after)", before,
+	      fd_count());
+	struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+	/* and again after the first producer's entry is gone (its bell
+	 * closed): each producer has a socket of its own */
+	for (int round = 0; round < 2; round++) {
+		if (round) {
+			shm_tx_detach(tx);
+			shm_tx_test_expire();
+			tx = attach(gid);
+		}
+		CHECK(tx && shm_tx_ring_bell(tx) == 0, "round %d: the producer rings the owner's bell", round);
+		c = 0;
+		CHECK(poll(&pfd, 1, 10000) == 1 && read(p[0], &c, 1) == 1 && c == 'B',
+		      "round %d: and the owner hears it once", round);
+	}
+	shm_tx_detach(tx);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(p[0]);
+	close(p[1]);
+
+	/* our own region's, through region_own */
+	uint8_t own[16];
+	test_gid(own, 96);
+	struct shm_rx *rx = shm_rx_open(own, TEST_SLOT);
+	for (int round = 0; round < 2; round++) {
+		tx = attach(own);
+		CHECK(rx && tx && shm_tx_ring_bell(tx) == 0, "round %d: a flow to our own region rings our bell", round);
+		pfd = (struct pollfd){ .fd = shm_rx_bell_fd(rx), .events = POLLIN };
+		unsigned calls = 0;
+		CHECK(rx && poll(&pfd, 1, 0) == 1 && shm_rx_bell_drain(rx, &calls) == 1 && poll(&pfd, 1, 0) == 0,
+		      "round %d: and our bell is readable until read", round);
+		shm_tx_detach(tx);
+		shm_tx_test_expire();
+	}
+	shm_rx_close(rx);
+
+	static const char *what[] = { "no bell", "a stream socket", "a bell that is no socket",
+				      "a bell nobody reads", "a bell made blocking" };
+	static const int kind[] = { SHM_TEST_BELL_NONE, SHM_TEST_BELL_STREAM, SHM_TEST_BELL_NOT_SOCKET,
+				    SHM_TEST_BELL_OWN, SHM_TEST_BELL_BLOCKING };
+	for (int i = 0; i < 5; i++) {
+		test_gid(gid, (uint8_t)(97 + i));
+		bell_kind = kind[i];
+		CHECK(in_child(child_hands_bell_kind, gid, &child), "%s: the owner listens", what[i]);
+		before = fd_count();
+		tx = attach(gid);
+		CHECK(tx, "%s: the region is attached to", what[i]);
+		if (i < 3) {
+			/* what is not shared memory is closed by a thread of its own */
+			int after = fd_count_back_to(before + 1);
+			CHECK(tx && shm_tx_ring_bell(tx) == -ENODEV, "%s: doorbells go by UDP", what[i]);
+			CHECK(after == before + 1, "%s: only the region is held (%d fds before, %d after)", what[i],
+			      before, after);
+		} else {
+			/* the owner reads nothing: its queue fills, and every
+			 * doorbell after that says EAGAIN -- rung all the same,
+			 * at once (a doorbell that blocked hangs the test) */
+			int rung = 0;
+			for (int k = 0; k < 1000 && tx; k++)
+				rung += shm_tx_ring_bell(tx) == 0;
+			CHECK(rung == 1000, "%s: 1,000 doorbells, none blocked (%d rung)", what[i], rung);
+		}
+		shm_tx_detach(tx);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+}
+
 int main(void)
 {
 	/* an address of this test's own, unlike any device's */
@@ -1972,6 +2127,7 @@ int main(void)
 	test_fork();
 	test_fork_gaps();
 	test_foreign_sigbus();
+	test_bells();
 	if (failures) {
 		printf("%d failures\n", failures);
 		return 1;
