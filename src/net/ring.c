@@ -8,9 +8,10 @@
  * UDP.  A receiver that sleeps is woken by a doorbell: a datagram to the
  * bell its owner handed over with the region (a socket in the owner's
  * epoll, add_fds), or where it gave none, a datagram to its address that
- * net.c has the flow's UDP side send.  Only the bell wakes the engine's epoll for ring packets,
- * so while a ring is claimed receive reports itself busy.  Each region's listening
- * socket is in both of the engine's epoll sets instead (add_serve_fds):
+ * net.c has the flow's UDP side send.  Only the bell wakes the engine's
+ * epoll for ring packets, so while a ring is claimed receive reports
+ * itself busy.  Each region's listening socket is in both of the engine's
+ * epoll sets (add_serve_fds):
  * producers connecting to ask for the region are answered whenever the
  * engine wakes, also while an application polls (serve). */
 #include "net.h"

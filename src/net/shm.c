@@ -739,7 +739,7 @@ static bool key_addr(const char *kind, const uint8_t key[SHM_KEY], struct sockad
 }
 
 /* Where key's region is asked for ("rx"), and where its bell listens
- * ("bell": bell_open). */
+ * ("bell": shm_rx_open). */
 static bool region_addr(const uint8_t key[SHM_KEY], struct sockaddr_un *sa, socklen_t *len)
 {
 	return key_addr("rx", key, sa, len);
@@ -846,39 +846,11 @@ static void bell_close(int fd)
 	pthread_mutex_unlock(&fork_lock);
 }
 
-/* A region's bell (docs/architecture.md "Same-host rings", Wake-up): a
- * unix datagram socket bound in the rendezvous directory (which only our
- * user enters) and watched by the engine, level-triggered
- * (shm_rx_bell_drain reads it).  Each producer gets a socket of its own
- * connected to it (bell_connect): one it shared with others could be
- * connected elsewhere or shut by any of them, and the bell would fall
- * silent for all.  No fds may come our way on it (Linux 6.16:
- * SO_PASSRIGHTS; before, the drain receives and closes them). */
-static void bell_open(struct shm_rx *rx)
-{
-	socklen_t l;
-	int no_rights = 0;
-
-	if (!key_addr("bell", rx->key, &rx->bell_sa, &l))
-		return;
-	pthread_mutex_lock(&fork_lock);
-	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	fd_track(s);
-	pthread_mutex_unlock(&fork_lock);
-	if (s >= 0 && atomic_load(&refuse_rights))
-		(void)setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights));
-	/* an earlier owner's file (it was killed): the address is ours now */
-	unlink(rx->bell_sa.sun_path);
-	if (s >= 0 && bind(s, (struct sockaddr *)&rx->bell_sa, l) == 0) {
-		rx->bell = s;
-		return;
-	}
-	LOG_DBG("uroce: no bell for a ring region (%s): its doorbells come by UDP", strerror(errno));
-	fd_close_tracked(s);
-}
-
-/* A new socket connected to rx's bell, for one producer; -1 if none.  With
- * fork_lock held (the caller tracks or closes it). */
+/* A new socket connected to rx's bell (docs/architecture.md "Same-host
+ * rings", Wake-up), for one producer; -1 if none.  A socket of its own:
+ * one shared with other producers could be connected elsewhere or shut by
+ * any of them, and the bell would fall silent for all.  With fork_lock
+ * held (the caller tracks or closes it). */
 static int bell_connect(const struct shm_rx *rx)
 {
 	if (rx->bell < 0)
@@ -891,32 +863,44 @@ static int bell_connect(const struct shm_rx *rx)
 	return s;
 }
 
+/* A socket of `type` bound at key's address of `kind` (key_addr) in our
+ * rendezvous directory, or -1.  No fds may come our way on it (third
+ * review): a connector could queue one -- a TCP socket lingering on unsent
+ * data, a FUSE file -- whose release, when the engine closes the accepted
+ * socket or the bell, blocks the engine for as long as the peer likes.
+ * Accepted sockets inherit the setting, and a sendmsg with SCM_RIGHTS to
+ * them fails (EPERM; Linux 6.16).  Older kernels refuse the option
+ * (ENOPROTOOPT): there the engine receives whatever was queued and closes
+ * it by a thread of its own (conn_close, shm_rx_bell_drain). */
+static int private_bind(const char *kind, const uint8_t key[SHM_KEY], int type, struct sockaddr_un *sa)
+{
+	socklen_t l;
+
+	if (!key_addr(kind, key, sa, &l))
+		return -1;
+	int s = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	int no_rights = 0;
+	if (atomic_load(&refuse_rights) && setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights)) < 0) {
+		/* older kernel: what was queued is received and closed */
+	}
+	/* an earlier owner's file (it was killed): the address is ours now */
+	unlink(sa->sun_path);
+	if (bind(s, (struct sockaddr *)sa, l) < 0) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
 /* The listening socket of a new region, its file's path in path. */
 static int region_listen(const uint8_t key[SHM_KEY], char *path)
 {
 	struct sockaddr_un sa;
-	socklen_t l;
+	int s = private_bind("rx", key, SOCK_SEQPACKET, &sa);
 
-	if (!region_addr(key, &sa, &l))
-		return -1;
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -1;
-	/* No fds may come our way on it (third review): a connector could
-	 * queue one -- a TCP socket lingering on unsent data, a FUSE file --
-	 * whose release, when the engine closes the accepted socket, blocks
-	 * the engine for as long as the peer likes.  Accepted sockets inherit
-	 * the setting, and a sendmsg with SCM_RIGHTS to them fails (EPERM;
-	 * Linux 6.16).  Older kernels refuse the option (ENOPROTOOPT): there
-	 * the engine receives whatever was queued and closes it by a thread
-	 * of its own (conn_close). */
-	int no_rights = 0;
-	if (atomic_load(&refuse_rights) && setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no_rights, sizeof(no_rights)) < 0) {
-		/* older kernel: conn_close receives what was queued */
-	}
-	/* an earlier owner's file (it was killed): the address is ours now */
-	unlink(sa.sun_path);
-	if (bind(s, (struct sockaddr *)&sa, l) < 0 || listen(s, 64) < 0) {
+	if (s >= 0 && listen(s, 64) < 0) {
 		close(s);
 		return -1;
 	}
@@ -1054,9 +1038,15 @@ struct shm_rx *shm_rx_open(const uint8_t gid[16], unsigned slot)
 		region_failed("its rendezvous socket");
 		goto fail;
 	}
-	/* without one (UROCE_SHM_BELL=0, EMFILE), producers ring by UDP */
-	if (atomic_load(&bells_on))
-		bell_open(rx);
+	/* the bell: watched by the engine, level-triggered (shm_rx_bell_drain
+	 * reads it); without one (UROCE_SHM_BELL=0, EMFILE), producers ring
+	 * by UDP */
+	if (atomic_load(&bells_on)) {
+		pthread_mutex_lock(&fork_lock);
+		rx->bell = private_bind("bell", key, SOCK_DGRAM, &rx->bell_sa);
+		fd_track(rx->bell);
+		pthread_mutex_unlock(&fork_lock);
+	}
 	pthread_mutex_lock(&own_lock);
 	rx->next = own_rx;
 	own_rx = rx;
@@ -1630,6 +1620,31 @@ static bool bell_ok(int fd)
 	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) == 0 && v == SOCK_DGRAM;
 }
 
+/* The next message on s, within wait_ms: one byte and exactly one fd,
+ * which `ok` (NULL: any) takes -- that fd, tracked -- or -1, every fd it
+ * brought closed.  The fds are ours from the receive on: tracked or closed
+ * before a fork can copy them (fork_lock); with MSG_CTRUNC the fds that
+ * fit were installed, and are closed too. */
+static int answer_fd(int s, int wait_ms, bool (*ok)(int fd))
+{
+	struct pollfd pfd = { .fd = s, .events = POLLIN };
+	struct fd_msg m;
+	int ncm = 0, got = -1, fd = -1;
+
+	if (poll(&pfd, 1, wait_ms) != 1 || !(pfd.revents & POLLIN))
+		return -1;
+	fd_msg_init(&m, sizeof(m.u.b));
+	pthread_mutex_lock(&fork_lock);
+	ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int nfds = n >= 0 ? msg_take_fds(&m, &got, &ncm) : 0;
+	if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1 && (!ok || ok(got)))
+		fd_track(fd = got);
+	else
+		close_foreign(got);
+	pthread_mutex_unlock(&fork_lock);
+	return fd;
+}
+
 /* Ask the owner of key's socket for its region: the fd it sends, or -1
  * (no socket, a dead owner's, another user's, a full backlog, no answer
  * within SHM_CONNECT_WAIT_MS, an answer that is not one fd: the flow then
@@ -1659,41 +1674,15 @@ static int region_ask(const uint8_t key[SHM_KEY], bool *immediate, int *bell)
 	 * (peer_resolve) */
 	*immediate = rc < 0 && (errno == ENOENT || errno == ECONNREFUSED);
 	if (rc == 0 && peer_is_us(s)) {
-		struct pollfd pfd = { .fd = s, .events = POLLIN };
-		if (poll(&pfd, 1, atomic_load(&connect_wait_ms)) == 1 && (pfd.revents & POLLIN)) {
-			struct fd_msg m;
-			fd_msg_init(&m, sizeof(m.u.b));
-			/* the fds it brings are ours from here: tracked or closed
-			 * before a fork can copy them (fork_lock) */
-			pthread_mutex_lock(&fork_lock);
-			ssize_t n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-			int ncm = 0, got = -1;
-			/* with MSG_CTRUNC the fds that fit were installed: closed too */
-			int nfds = n >= 0 ? msg_take_fds(&m, &got, &ncm) : 0;
-			if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1)
-				fd_track(fd = got);
-			else if (got >= 0)
-				close_foreign(got);
-			pthread_mutex_unlock(&fork_lock);
-			/* the bell, sent in the same call right behind: a
-			 * moment's wait (an owner without bells has closed the
-			 * connection: POLLHUP at once), as long as for the
-			 * answer at most -- a loaded machine may run us between
-			 * the two messages, and a peer left without its bell
-			 * rings by UDP for its life */
-			if (fd >= 0 && poll(&pfd, 1, atomic_load(&connect_wait_ms)) == 1 && (pfd.revents & POLLIN)) {
-				pthread_mutex_lock(&fork_lock);
-				fd_msg_init(&m, sizeof(m.u.b));
-				n = recvmsg(s, &m.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-				nfds = n >= 0 ? msg_take_fds(&m, &got, &ncm) : 0;
-				if (n == 1 && !(m.mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) && ncm == 1 && nfds == 1 &&
-				    bell_ok(got))
-					fd_track(*bell = got);
-				else if (got >= 0)
-					close_foreign(got);
-				pthread_mutex_unlock(&fork_lock);
-			}
-		}
+		int wait_ms = atomic_load(&connect_wait_ms);
+		fd = answer_fd(s, wait_ms, NULL);
+		/* the bell, sent right behind: a moment's wait (an owner
+		 * without bells has closed the connection: POLLHUP at once),
+		 * as long as for the answer at most -- a loaded machine may run
+		 * us between the two messages, and a peer left without its
+		 * bell rings by UDP for its life */
+		if (fd >= 0)
+			*bell = answer_fd(s, wait_ms, bell_ok);
 	}
 	/* more may be queued behind the answer, fds a hostile owner sent to
 	 * be released in our context (conn_close) */
@@ -1725,7 +1714,6 @@ void shm_refs(bool on)
 {
 	atomic_store(&refs_on, on);
 }
-
 
 /* The owner's pid, if reading the probe word it published through that pid
  * gives the word back; 0 if not (another pid namespace, no permission to

@@ -52,8 +52,8 @@ void shm_rx_close(struct shm_rx *rx);
 int shm_rx_listen_fd(const struct shm_rx *rx);
 /* The region's bell, for the engine's epoll (level-triggered: readable
  * while a producer's doorbell, a datagram, waits on it); -1 when it has
- * none or in a forked child.  Producers get its other end after the region
- * (shm_rx_serve). */
+ * none or in a forked child.  Each producer gets a socket of its own
+ * connected to it, after the region (shm_rx_serve). */
 int shm_rx_bell_fd(const struct shm_rx *rx);
 /* Reads the doorbells waiting on the bell (a bounded number), closing any
  * fd one brought; returns how many, and adds its receive calls to *calls. */

@@ -6,8 +6,8 @@
 #  2. with events (-e) and no engine spin (UROCE_SPIN_US=0) the engines
 #     sleep on their sockets between messages, so senders must wake them with
 #     doorbells: some are rung and no ACK times out (a lost wake-up shows as
-#     a timeout, 67 ms, and a resend); each a write to the peer's bell, or
-#     with UROCE_SHM_BELL=0 each a datagram;
+#     a timeout, 67 ms, and a resend); each a datagram to the peer's bell,
+#     or with UROCE_SHM_BELL=0 to its address;
 #  3. a message of 64 KiB sent as packets (UROCE_SHM_DIRECT_MIN=0) goes
 #     into the ring in parts while the peer polls (SHM_PART_BYTES: a send
 #     call ends after 16 KiB at a first or middle packet) -- at most 3 cuts

@@ -547,10 +547,10 @@ static void test_dead_owner(void)
 
 /* The fd gid's owner hands to whoever connects, received as a careless
  * (or hostile) producer would and kept as it came; -1: none. */
-/* The fds an owner's answer brought: the region's first, then its bell
- * (the first fd in *region, or -1; the bell in *bell when bell is not
- * NULL, else closed).  How many came. */
-static int answer_fds(struct msghdr *mh, int *region, int *bell)
+/* The fd an owner's first message brought (its region's), or -1; any
+ * more it brought are closed.  (The bell comes in a message of its own,
+ * which the caller's close of the connection releases.) */
+static int answer_fd(struct msghdr *mh)
 {
 	struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
 	int fds[2] = { -1, -1 }, n = 0;
@@ -558,12 +558,9 @@ static int answer_fds(struct msghdr *mh, int *region, int *bell)
 		n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 		memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)(n < 2 ? n : 2));
 	}
-	*region = fds[0];
-	if (bell)
-		*bell = fds[1];
-	else if (fds[1] >= 0)
+	if (fds[1] >= 0)
 		close(fds[1]);
-	return n;
+	return fds[0];
 }
 
 static int receive_region_fd(const uint8_t gid[16])
@@ -578,7 +575,7 @@ static int receive_region_fd(const uint8_t gid[16])
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
 	int fd = -1;
 	if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && recvmsg(s, &mh, MSG_CMSG_CLOEXEC) == 1)
-		answer_fds(&mh, &fd, NULL);
+		fd = answer_fd(&mh);
 	if (s >= 0)
 		close(s);
 	return fd;
@@ -1384,7 +1381,7 @@ static int ask_raw(const uint8_t gid[16], unsigned slot, int wait_ms)
 			ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 			int fd = -1;
 			r = 0;
-			if (n == 1 && answer_fds(&mh, &fd, NULL) > 0 && fd >= 0) {
+			if (n == 1 && (fd = answer_fd(&mh)) >= 0) {
 				close(fd);
 				r = 1;
 			}
@@ -1968,10 +1965,10 @@ static void test_dir_replaced(void)
 	      "a region made after the directory was replaced by another user's is not in it (status %#x)", status);
 }
 
-/* Issue #16's doorbells: an owner hands producers its bell (one end of a
- * unix datagram socket pair) after the region, and a producer's doorbell
- * is a datagram to it, which the owner's engine, asleep in epoll on the
- * other end, hears -- in another process (an ask) and in this one
+/* Issue #16's doorbells: an owner hands each producer a socket of its own
+ * connected to its bell after the region, and a producer's doorbell is a
+ * datagram on it, which the owner's engine, asleep in epoll on the bell,
+ * hears -- in another process (an ask) and in this one
  * (region_own).  An owner that hands none, or a bell that is no datagram
  * socket, leaves the producer to ring by UDP (-ENODEV), the region still
  * taken and the bad fd closed.  A doorbell never blocks: not when the
